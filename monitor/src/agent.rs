@@ -1,0 +1,71 @@
+//! Wiring: starts the Docker task on a small runtime and opens the sampler. Every command that
+//! samples (snapshot now; serve, record, top later) starts the agent the same way.
+use crate::events::EventCounters;
+use crate::sampler::{Sampler, SamplerConfig};
+use crate::sources::docker::{self, DockerCache, DockerSourceConfig};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+#[derive(Clone, Debug, Default)]
+pub struct AgentConfig {
+    pub sampler: SamplerConfig,
+    /// `None` turns the Docker source off.
+    pub docker: Option<DockerSourceConfig>,
+}
+
+/// A running agent: the sampler plus the background tasks feeding its caches.
+pub struct Agent {
+    pub sampler: Sampler,
+    pub events: Arc<EventCounters>,
+    shutdown: watch::Sender<bool>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Agent {
+    /// Starts the sources. Waits up to `docker_wait` for the Docker cache's first fill, so a
+    /// one-shot snapshot sees the containers.
+    pub fn start(config: &AgentConfig, docker_wait: Duration) -> std::io::Result<Self> {
+        let events = Arc::new(EventCounters::default());
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let mut runtime = None;
+        let mut cache = None;
+        if let Some(dc) = &config.docker {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("gpuwatch-docker")
+                .enable_all()
+                .build()?;
+            let c = Arc::new(DockerCache::default());
+            rt.spawn(docker::run(dc.clone(), c.clone(), events.clone(), shutdown_rx));
+            if !c.wait_attempted(docker_wait) {
+                tracing::warn!("Docker did not answer within {docker_wait:?}; containers may be missing names");
+            }
+            let status = c.status();
+            if !status.up {
+                tracing::warn!(
+                    "Docker source down: {}; identifying containers by cgroup only",
+                    status.error.as_deref().unwrap_or("unknown")
+                );
+            }
+            cache = Some(c);
+            runtime = Some(rt);
+        }
+        let sampler = Sampler::new(&config.sampler, cache, events.clone());
+        Ok(Self {
+            sampler,
+            events,
+            shutdown,
+            runtime,
+        })
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_timeout(Duration::from_secs(2));
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! Host PID → workload: `/proc/<pid>/stat` (start time, name) and `/proc/<pid>/cgroup`
+//! (memberships), classified into a [`WorkloadId`].
+//!
+//! Processes are keyed on (pid, start time) because PIDs are reused. `/proc` is read only for a
+//! PID that was not present in the previous round, or whose entry is older than
+//! `revalidate_after` rounds (a process can be moved to another cgroup); a PID that disappears
+//! from the caller's list is forgotten at the end of the round.
+use crate::cgroup::{classify, CgroupMembership, WorkloadId};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// A process identity that survives PID reuse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProcessKey {
+    pub pid: u32,
+    /// Start time in clock ticks after boot (`/proc/<pid>/stat` field 22).
+    pub start_time: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct ProcessInfo {
+    pub key: ProcessKey,
+    /// The command name (`comm`).
+    pub name: String,
+    pub membership: CgroupMembership,
+    pub workload: WorkloadId,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AttributionError {
+    /// The process exited between the GPU query and the `/proc` read.
+    #[error("process {pid} has exited")]
+    Vanished { pid: u32 },
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: malformed stat line")]
+    MalformedStat { path: PathBuf },
+}
+
+struct Entry {
+    info: ProcessInfo,
+    /// The round in which this entry was last confirmed present.
+    seen_round: u64,
+    /// The round in which `/proc` was last read for it.
+    read_round: u64,
+}
+
+/// The cache of attributed processes; see the module docs for when `/proc` is read.
+pub struct ProcessTable {
+    proc_root: PathBuf,
+    entries: HashMap<u32, Entry>,
+    round: u64,
+    revalidate_after: u64,
+    /// `/proc` reads done since creation (for tests and the benchmark).
+    pub proc_reads: u64,
+}
+
+impl ProcessTable {
+    pub fn new(proc_root: impl Into<PathBuf>, revalidate_after: u64) -> Self {
+        Self {
+            proc_root: proc_root.into(),
+            entries: HashMap::new(),
+            round: 0,
+            revalidate_after: revalidate_after.max(1),
+            proc_reads: 0,
+        }
+    }
+
+    /// Starts a new round; call once per sampling round, before [`Self::resolve`].
+    pub fn begin_round(&mut self) {
+        self.round += 1;
+    }
+
+    /// Resolves one PID, reading `/proc` only when the cache cannot vouch for it.
+    pub fn resolve(&mut self, pid: u32) -> Result<&ProcessInfo, AttributionError> {
+        let round = self.round;
+        let fresh = self.entries.get(&pid).is_some_and(|e| {
+            // present in the previous round (or already this one) and read recently
+            e.seen_round + 1 >= round && round - e.read_round < self.revalidate_after
+        });
+        if !fresh {
+            self.proc_reads += 1;
+            let info = match read_process(&self.proc_root, pid) {
+                Ok(info) => info,
+                Err(e) => {
+                    self.entries.remove(&pid);
+                    return Err(e);
+                }
+            };
+            self.entries.insert(
+                pid,
+                Entry {
+                    info,
+                    seen_round: round,
+                    read_round: round,
+                },
+            );
+        }
+        let entry = self
+            .entries
+            .get_mut(&pid)
+            .expect("entry inserted or kept above");
+        entry.seen_round = round;
+        Ok(&entry.info)
+    }
+
+    /// Forgets the PIDs not resolved in this round.
+    pub fn end_round(&mut self) {
+        let round = self.round;
+        self.entries.retain(|_, e| e.seen_round == round);
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+fn io_error(path: &Path, pid: u32, source: std::io::Error) -> AttributionError {
+    // ENOENT: gone before we looked; ESRCH: gone while we read.
+    if matches!(source.raw_os_error(), Some(libc::ENOENT) | Some(libc::ESRCH)) {
+        AttributionError::Vanished { pid }
+    } else {
+        AttributionError::Read {
+            path: path.to_owned(),
+            source,
+        }
+    }
+}
+
+/// Reads one process from `proc_root` (normally `/proc`).
+pub fn read_process(proc_root: &Path, pid: u32) -> Result<ProcessInfo, AttributionError> {
+    let dir = proc_root.join(pid.to_string());
+    let stat_path = dir.join("stat");
+    let stat = std::fs::read_to_string(&stat_path).map_err(|e| io_error(&stat_path, pid, e))?;
+    let (name, start_time) =
+        parse_stat(&stat).ok_or_else(|| AttributionError::MalformedStat { path: stat_path })?;
+    let cgroup_path = dir.join("cgroup");
+    let cgroup = std::fs::read_to_string(&cgroup_path).map_err(|e| io_error(&cgroup_path, pid, e))?;
+    let membership = CgroupMembership::parse(&cgroup);
+    let workload = classify(membership.identity_path());
+    Ok(ProcessInfo {
+        key: ProcessKey { pid, start_time },
+        name,
+        membership,
+        workload,
+    })
+}
+
+/// Extracts (comm, starttime) from a `/proc/<pid>/stat` line. The name may hold spaces and
+/// parentheses, so fields are counted from the last `)`.
+pub fn parse_stat(stat: &str) -> Option<(String, u64)> {
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let name = stat.get(open + 1..close)?.to_owned();
+    // After ") ": field 3 (state) is index 0, so field 22 (starttime) is index 19.
+    let start_time = stat.get(close + 2..)?.split(' ').nth(19)?.parse().ok()?;
+    Some((name, start_time))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_awkward_names() {
+        let line = "1234 (python3 (worker) x) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 3 0 987654 1000 200 18446744073709551615";
+        assert_eq!(parse_stat(line), Some(("python3 (worker) x".to_owned(), 987654)));
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    fn fake_proc(root: &Path, pid: u32, start: u64, cgroup: &str) {
+        let d = root.join(pid.to_string());
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.join("stat"),
+            format!("{pid} (train) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0"),
+        )
+        .unwrap();
+        std::fs::write(d.join("cgroup"), cgroup).unwrap();
+    }
+
+    #[test]
+    fn caches_until_the_pid_leaves_and_detects_reuse() {
+        let root = tempfile::tempdir().unwrap();
+        fake_proc(root.path(), 10, 100, "0::/docker/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n");
+        let mut t = ProcessTable::new(root.path(), 1000);
+        t.begin_round();
+        assert_eq!(t.resolve(10).unwrap().key.start_time, 100);
+        t.end_round();
+        t.begin_round();
+        t.resolve(10).unwrap();
+        t.end_round();
+        assert_eq!(t.proc_reads, 1, "a PID present in consecutive rounds is read once");
+
+        // The PID leaves for a round, then a new process reuses it in another cgroup.
+        t.begin_round();
+        t.end_round();
+        fake_proc(root.path(), 10, 555, "0::/system.slice/other.service\n");
+        t.begin_round();
+        let info = t.resolve(10).unwrap();
+        assert_eq!(info.key.start_time, 555);
+        assert_eq!(info.workload.to_string(), "systemd:other.service");
+        assert_eq!(t.proc_reads, 2);
+    }
+
+    #[test]
+    fn vanished_pid_is_an_error_not_a_panic() {
+        let root = tempfile::tempdir().unwrap();
+        let mut t = ProcessTable::new(root.path(), 10);
+        t.begin_round();
+        assert!(matches!(t.resolve(4242), Err(AttributionError::Vanished { pid: 4242 })));
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn revalidates_periodically() {
+        let root = tempfile::tempdir().unwrap();
+        fake_proc(root.path(), 7, 1, "0::/a\n");
+        let mut t = ProcessTable::new(root.path(), 3);
+        for _ in 0..6 {
+            t.begin_round();
+            t.resolve(7).unwrap();
+            t.end_round();
+        }
+        assert_eq!(t.proc_reads, 2, "read at rounds 1 and 4");
+    }
+
+    #[test]
+    fn this_process_resolves() {
+        let mut t = ProcessTable::new("/proc", 10);
+        t.begin_round();
+        let me = t.resolve(std::process::id()).unwrap();
+        assert!(me.key.start_time > 0);
+    }
+}

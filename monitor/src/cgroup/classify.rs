@@ -1,0 +1,335 @@
+//! Turns a cgroup path into a workload identity.
+//!
+//! The classifier is pure (a path in, an identity out) so every runtime's and driver's path shape
+//! is unit-tested without that runtime. Shapes covered:
+//!
+//! | runtime / driver            | path                                                                  |
+//! |-----------------------------|-----------------------------------------------------------------------|
+//! | Docker, cgroupfs            | `/docker/<64hex>`                                                     |
+//! | Docker, systemd             | `/system.slice/docker-<64hex>.scope`                                  |
+//! | Podman, systemd (root/user) | `…/libpod-<64hex>.scope` (`…/libpod-<id>.scope/container` on v2)      |
+//! | Podman, cgroupfs            | `/libpod_parent/libpod-<64hex>`                                       |
+//! | Kubernetes, cgroupfs        | `/kubepods/<qos>/pod<uid>/<64hex>`                                    |
+//! | Kubernetes, systemd         | `/kubepods.slice/kubepods-<qos>.slice/kubepods-<qos>-pod<uid_>.slice/cri-containerd-<64hex>.scope` (also `crio-`, `docker-`) |
+//! | systemd service             | `…/<name>.service` (the innermost `.service` unit)                     |
+//! | login session, init, root   | host                                                                  |
+//! | anything else               | a workload of its own, named by its path (Slurm, hand-made cgroups)   |
+use serde::Serialize;
+use std::fmt;
+
+/// What kind of workload a cgroup belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkloadKind {
+    Docker,
+    Podman,
+    Kubernetes,
+    Systemd,
+    /// A non-root cgroup no runtime claims (batch schedulers, hand-made cgroups).
+    Cgroup,
+    Host,
+}
+
+impl WorkloadKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Docker => "docker",
+            Self::Podman => "podman",
+            Self::Kubernetes => "kubernetes",
+            Self::Systemd => "systemd",
+            Self::Cgroup => "cgroup",
+            Self::Host => "host",
+        }
+    }
+
+    /// Whether this kind is a container (has a container id).
+    pub fn is_container(self) -> bool {
+        matches!(self, Self::Docker | Self::Podman | Self::Kubernetes)
+    }
+}
+
+/// A workload identity: its kind plus an id unique within the kind.
+///
+/// - Docker / Podman: the 64-hex container id.
+/// - Kubernetes: `<pod uid>/<container id>`, or `<pod uid>` for pod-level cgroups.
+/// - Systemd: the unit name (`nvidia-persistenced.service`).
+/// - Cgroup: the cgroup path itself.
+/// - Host: `host`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WorkloadId {
+    pub kind: WorkloadKind,
+    pub id: String,
+}
+
+impl WorkloadId {
+    pub fn host() -> Self {
+        Self {
+            kind: WorkloadKind::Host,
+            id: "host".to_owned(),
+        }
+    }
+
+    fn new(kind: WorkloadKind, id: impl Into<String>) -> Self {
+        Self {
+            kind,
+            id: id.into(),
+        }
+    }
+
+    /// The container id, for container kinds (for Kubernetes, the container part of the id).
+    pub fn container_id(&self) -> Option<&str> {
+        match self.kind {
+            WorkloadKind::Docker | WorkloadKind::Podman => Some(&self.id),
+            WorkloadKind::Kubernetes => self.id.split_once('/').map(|(_, c)| c),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for WorkloadId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.kind.as_str(), self.id)
+    }
+}
+
+impl Serialize for WorkloadId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+fn is_container_id(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Strips `prefix` and `suffix` from `segment` and returns the middle if it is a container id.
+fn container_id_in<'a>(segment: &'a str, prefix: &str, suffix: &str) -> Option<&'a str> {
+    segment
+        .strip_prefix(prefix)?
+        .strip_suffix(suffix)
+        .filter(|id| is_container_id(id))
+}
+
+/// Container-runtime scope prefixes used by the systemd cgroup driver.
+const SYSTEMD_SCOPE_RUNTIMES: [(&str, WorkloadKind); 4] = [
+    ("docker-", WorkloadKind::Docker),
+    ("libpod-", WorkloadKind::Podman),
+    ("cri-containerd-", WorkloadKind::Kubernetes),
+    ("crio-", WorkloadKind::Kubernetes),
+];
+
+/// Classifies a cgroup path (as found in `/proc/<pid>/cgroup`, relative to the hierarchy root).
+pub fn classify(path: &str) -> WorkloadId {
+    let path = path.trim();
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    if segments.is_empty() {
+        return WorkloadId::host();
+    }
+    if let Some(id) = classify_kubernetes(&segments) {
+        return id;
+    }
+    // The outermost container wins: a container nested in another (Docker-in-Docker) belongs to
+    // the outer one as far as this host is concerned.
+    for (i, seg) in segments.iter().enumerate() {
+        let parent = i.checked_sub(1).map(|p| segments[p]);
+        // Docker cgroupfs driver: /docker/<id>
+        if parent == Some("docker") && is_container_id(seg) {
+            return WorkloadId::new(WorkloadKind::Docker, *seg);
+        }
+        // Podman cgroupfs driver: /libpod_parent/libpod-<id>
+        if let Some(id) = container_id_in(seg, "libpod-", "") {
+            return WorkloadId::new(WorkloadKind::Podman, id);
+        }
+        for (prefix, kind) in SYSTEMD_SCOPE_RUNTIMES {
+            if let Some(id) = container_id_in(seg, prefix, ".scope") {
+                return WorkloadId::new(kind, id);
+            }
+        }
+    }
+    // Login sessions and init are the host.
+    let last = segments[segments.len() - 1];
+    if segments[0] == "init.scope"
+        || segments.iter().any(|s| s.starts_with("session-") && s.ends_with(".scope"))
+    {
+        return WorkloadId::host();
+    }
+    // The innermost systemd service (user services under user@UID.service count as their own).
+    if let Some(unit) = segments
+        .iter()
+        .rev()
+        .find(|s| s.ends_with(".service") && !s.starts_with("user@"))
+    {
+        return WorkloadId::new(WorkloadKind::Systemd, *unit);
+    }
+    if segments.len() == 1 && last.ends_with(".slice") {
+        // A process sitting directly in a top-level slice (user.slice, system.slice).
+        return WorkloadId::host();
+    }
+    WorkloadId::new(WorkloadKind::Cgroup, format!("/{}", segments.join("/")))
+}
+
+/// Kubernetes pods, both drivers; the pod uid is normalised to its dashed form.
+fn classify_kubernetes(segments: &[&str]) -> Option<WorkloadId> {
+    let kube = segments
+        .iter()
+        .position(|s| *s == "kubepods" || s.starts_with("kubepods.slice") || s.starts_with("kubepods-"))?;
+    let rest = &segments[kube..];
+    let (pod_index, pod_uid) = rest.iter().enumerate().find_map(|(i, s)| {
+        // cgroupfs: pod<uid>; systemd: kubepods-<qos>-pod<uid_with_underscores>.slice
+        let s = s.strip_suffix(".slice").unwrap_or(s);
+        let at = s.rfind("pod")?;
+        let uid = &s[at + 3..];
+        (uid.len() >= 32 && uid.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-' || b == b'_'))
+            .then(|| (i, uid.replace('_', "-")))
+    })?;
+    let container = rest.get(pod_index + 1).and_then(|s| {
+        if is_container_id(s) {
+            return Some(*s);
+        }
+        SYSTEMD_SCOPE_RUNTIMES
+            .iter()
+            .find_map(|(prefix, _)| container_id_in(s, prefix, ".scope"))
+    });
+    Some(match container {
+        Some(c) => WorkloadId::new(WorkloadKind::Kubernetes, format!("{pod_uid}/{c}")),
+        None => WorkloadId::new(WorkloadKind::Kubernetes, pod_uid),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "3f6d9a0b1c2e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f90";
+    const ID2: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+
+    fn id(kind: WorkloadKind, id: &str) -> WorkloadId {
+        WorkloadId::new(kind, id)
+    }
+
+    #[test]
+    fn docker_cgroupfs_driver() {
+        assert_eq!(classify(&format!("/docker/{ID}")), id(WorkloadKind::Docker, ID));
+        // v1 controllers show the same path; a nested cgroup inside the container still belongs to it.
+        assert_eq!(classify(&format!("/docker/{ID}/sub")), id(WorkloadKind::Docker, ID));
+    }
+
+    #[test]
+    fn docker_systemd_driver() {
+        let p = format!("/system.slice/docker-{ID}.scope");
+        assert_eq!(classify(&p), id(WorkloadKind::Docker, ID));
+    }
+
+    #[test]
+    fn docker_in_docker_is_the_outer_container() {
+        let p = format!("/docker/{ID}/docker/{ID2}");
+        assert_eq!(classify(&p), id(WorkloadKind::Docker, ID));
+    }
+
+    #[test]
+    fn podman_shapes() {
+        let rootful = format!("/machine.slice/libpod-{ID}.scope");
+        assert_eq!(classify(&rootful), id(WorkloadKind::Podman, ID));
+        let v2_inner = format!("/machine.slice/libpod-{ID}.scope/container");
+        assert_eq!(classify(&v2_inner), id(WorkloadKind::Podman, ID));
+        let rootless = format!(
+            "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope"
+        );
+        assert_eq!(classify(&rootless), id(WorkloadKind::Podman, ID));
+        let cgroupfs = format!("/libpod_parent/libpod-{ID}");
+        assert_eq!(classify(&cgroupfs), id(WorkloadKind::Podman, ID));
+        // conmon is the runtime's monitor, not the container
+        let conmon = format!("/machine.slice/libpod-conmon-{ID}.scope");
+        assert_ne!(classify(&conmon).kind, WorkloadKind::Podman);
+    }
+
+    #[test]
+    fn kubernetes_cgroupfs_driver() {
+        let uid = "0a1b2c3d-4e5f-6789-abcd-ef0123456789";
+        let p = format!("/kubepods/burstable/pod{uid}/{ID}");
+        assert_eq!(classify(&p), id(WorkloadKind::Kubernetes, &format!("{uid}/{ID}")));
+        let guaranteed = format!("/kubepods/pod{uid}/{ID}");
+        assert_eq!(
+            classify(&guaranteed),
+            id(WorkloadKind::Kubernetes, &format!("{uid}/{ID}"))
+        );
+        let pod_level = format!("/kubepods/besteffort/pod{uid}");
+        assert_eq!(classify(&pod_level), id(WorkloadKind::Kubernetes, uid));
+    }
+
+    #[test]
+    fn kubernetes_systemd_driver() {
+        let uid = "0a1b2c3d-4e5f-6789-abcd-ef0123456789";
+        let uscore = uid.replace('-', "_");
+        for runtime in ["cri-containerd", "crio", "docker"] {
+            let p = format!(
+                "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uscore}.slice/{runtime}-{ID}.scope"
+            );
+            assert_eq!(
+                classify(&p),
+                id(WorkloadKind::Kubernetes, &format!("{uid}/{ID}")),
+                "{p}"
+            );
+        }
+        let guaranteed = format!("/kubepods.slice/kubepods-pod{uscore}.slice/cri-containerd-{ID}.scope");
+        assert_eq!(
+            classify(&guaranteed),
+            id(WorkloadKind::Kubernetes, &format!("{uid}/{ID}"))
+        );
+        // kubelet with a cgroup root (kind, k3s on v2)
+        let nested = format!(
+            "/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod{uscore}.slice/cri-containerd-{ID}.scope"
+        );
+        assert_eq!(
+            classify(&nested),
+            id(WorkloadKind::Kubernetes, &format!("{uid}/{ID}"))
+        );
+    }
+
+    #[test]
+    fn systemd_services() {
+        assert_eq!(
+            classify("/system.slice/nvidia-persistenced.service"),
+            id(WorkloadKind::Systemd, "nvidia-persistenced.service")
+        );
+        assert_eq!(
+            classify("/user.slice/user-1000.slice/user@1000.service/app.slice/trainer.service"),
+            id(WorkloadKind::Systemd, "trainer.service")
+        );
+    }
+
+    #[test]
+    fn host_shapes() {
+        for p in [
+            "/",
+            "",
+            "/init.scope",
+            "/user.slice/user-1000.slice/session-3.scope",
+            "/user.slice",
+            "/system.slice",
+        ] {
+            assert_eq!(classify(p), WorkloadId::host(), "{p:?}");
+        }
+    }
+
+    #[test]
+    fn other_cgroups_are_workloads_named_by_path() {
+        assert_eq!(
+            classify("/slurm/uid_1000/job_42/step_0"),
+            id(WorkloadKind::Cgroup, "/slurm/uid_1000/job_42/step_0")
+        );
+        assert_eq!(classify("/gpuwatch-job"), id(WorkloadKind::Cgroup, "/gpuwatch-job"));
+        // a short hex name under /docker is not a container id
+        assert_eq!(classify("/docker/abc"), id(WorkloadKind::Cgroup, "/docker/abc"));
+    }
+
+    #[test]
+    fn container_id_accessor() {
+        assert_eq!(classify(&format!("/docker/{ID}")).container_id(), Some(ID));
+        let uid = "0a1b2c3d-4e5f-6789-abcd-ef0123456789";
+        let k = classify(&format!("/kubepods/pod{uid}/{ID}"));
+        assert_eq!(k.container_id(), Some(ID));
+        assert_eq!(WorkloadId::host().container_id(), None);
+        assert_eq!(k.to_string(), format!("kubernetes:{uid}/{ID}"));
+    }
+}

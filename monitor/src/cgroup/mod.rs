@@ -1,0 +1,11 @@
+//! Everything cgroup: which hierarchies the host has ([`layout`]), which workload a cgroup path
+//! belongs to ([`classify`]), a process's memberships ([`membership`]) and a workload's CPU and
+//! memory counters ([`stats`]).
+pub mod classify;
+pub mod layout;
+pub mod membership;
+pub mod stats;
+
+pub use classify::{classify, WorkloadId, WorkloadKind};
+pub use layout::{CgroupLayout, CgroupMode};
+pub use membership::CgroupMembership;

@@ -1,0 +1,204 @@
+//! A workload's CPU and memory counters from its cgroup files (v1 and v2).
+use super::{layout::CgroupLayout, membership::CgroupMembership};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// Cumulative CPU time and current memory of one cgroup.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct CgroupUsage {
+    /// CPU time consumed since the cgroup was created, in seconds.
+    pub cpu_usage_seconds_total: f64,
+    /// Memory charged to the cgroup (v2 `memory.current`, v1 `memory.usage_in_bytes`).
+    pub memory_bytes: u64,
+    /// The memory limit, `None` when unlimited.
+    pub memory_limit_bytes: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StatsError {
+    #[error("no {controller} cgroup directory for this process on this host")]
+    NoController { controller: &'static str },
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: cannot parse {field:?} from {text:?}")]
+    Parse {
+        path: PathBuf,
+        field: &'static str,
+        text: String,
+    },
+}
+
+/// Where to read one workload's counters, resolved once from a member process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CgroupStatsPaths {
+    cpu: CpuSource,
+    memory: MemorySource,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum CpuSource {
+    /// v1 `cpuacct.usage`, nanoseconds.
+    V1(PathBuf),
+    /// v2 `cpu.stat`, `usage_usec` line.
+    V2(PathBuf),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum MemorySource {
+    V1 { usage: PathBuf, limit: PathBuf },
+    V2 { current: PathBuf, max: PathBuf },
+}
+
+impl CgroupStatsPaths {
+    pub fn resolve(layout: &CgroupLayout, membership: &CgroupMembership) -> Result<Self, StatsError> {
+        let cpu = if layout.v1_mount("cpuacct").is_some() {
+            let dir = membership
+                .controller_dir(layout, "cpuacct")
+                .ok_or(StatsError::NoController { controller: "cpuacct" })?;
+            CpuSource::V1(dir.join("cpuacct.usage"))
+        } else {
+            let dir = membership
+                .unified_dir(layout)
+                .ok_or(StatsError::NoController { controller: "cpu" })?;
+            CpuSource::V2(dir.join("cpu.stat"))
+        };
+        let memory = if layout.v1_mount("memory").is_some() {
+            let dir = membership
+                .controller_dir(layout, "memory")
+                .ok_or(StatsError::NoController { controller: "memory" })?;
+            MemorySource::V1 {
+                usage: dir.join("memory.usage_in_bytes"),
+                limit: dir.join("memory.limit_in_bytes"),
+            }
+        } else {
+            let dir = membership
+                .unified_dir(layout)
+                .ok_or(StatsError::NoController { controller: "memory" })?;
+            MemorySource::V2 {
+                current: dir.join("memory.current"),
+                max: dir.join("memory.max"),
+            }
+        };
+        Ok(Self { cpu, memory })
+    }
+
+    /// Reads the counters now.
+    pub fn read(&self) -> Result<CgroupUsage, StatsError> {
+        let cpu_usage_seconds_total = match &self.cpu {
+            CpuSource::V1(p) => read_u64(p, "cpuacct.usage")? as f64 / 1e9,
+            CpuSource::V2(p) => {
+                let text = read(p)?;
+                let usec = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("usage_usec "))
+                    .ok_or_else(|| parse_error(p, "usage_usec", &text))?;
+                parse_u64(p, "usage_usec", usec)? as f64 / 1e6
+            }
+        };
+        let (memory_bytes, memory_limit_bytes) = match &self.memory {
+            MemorySource::V1 { usage, limit } => {
+                let limit = read_u64(limit, "memory.limit_in_bytes")?;
+                // v1 reports "unlimited" as a page-rounded i64::MAX.
+                (read_u64(usage, "memory.usage_in_bytes")?, (limit < 1 << 62).then_some(limit))
+            }
+            MemorySource::V2 { current, max } => {
+                let max_text = read(max)?;
+                let limit = match max_text.trim() {
+                    "max" => None,
+                    v => Some(parse_u64(max, "memory.max", v)?),
+                };
+                (read_u64(current, "memory.current")?, limit)
+            }
+        };
+        Ok(CgroupUsage {
+            cpu_usage_seconds_total,
+            memory_bytes,
+            memory_limit_bytes,
+        })
+    }
+}
+
+fn read(path: &Path) -> Result<String, StatsError> {
+    std::fs::read_to_string(path).map_err(|source| StatsError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn read_u64(path: &Path, field: &'static str) -> Result<u64, StatsError> {
+    parse_u64(path, field, &read(path)?)
+}
+
+fn parse_u64(path: &Path, field: &'static str, text: &str) -> Result<u64, StatsError> {
+    text.trim().parse().map_err(|_| parse_error(path, field, text))
+}
+
+fn parse_error(path: &Path, field: &'static str, text: &str) -> StatsError {
+    StatsError::Parse {
+        path: path.to_owned(),
+        field,
+        text: text.chars().take(80).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout_v2(root: &Path) -> CgroupLayout {
+        CgroupLayout::from_mountinfo(&format!(
+            "35 25 0:30 / {} rw - cgroup2 cgroup2 rw\n",
+            root.display()
+        ))
+    }
+
+    #[test]
+    fn reads_v2_files() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("job");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("cpu.stat"), "usage_usec 2500000\nuser_usec 2000000\n").unwrap();
+        std::fs::write(dir.join("memory.current"), "1048576\n").unwrap();
+        std::fs::write(dir.join("memory.max"), "max\n").unwrap();
+        let m = CgroupMembership::parse("0::/job\n");
+        let paths = CgroupStatsPaths::resolve(&layout_v2(root.path()), &m).unwrap();
+        let u = paths.read().unwrap();
+        assert_eq!(u.cpu_usage_seconds_total, 2.5);
+        assert_eq!(u.memory_bytes, 1 << 20);
+        assert_eq!(u.memory_limit_bytes, None);
+        std::fs::write(dir.join("memory.max"), "2097152\n").unwrap();
+        assert_eq!(paths.read().unwrap().memory_limit_bytes, Some(2 << 20));
+    }
+
+    #[test]
+    fn reads_v1_files_and_names_bad_ones() {
+        let root = tempfile::tempdir().unwrap();
+        let cpu = root.path().join("cpuacct/docker/x");
+        let mem = root.path().join("memory/docker/x");
+        std::fs::create_dir_all(&cpu).unwrap();
+        std::fs::create_dir_all(&mem).unwrap();
+        std::fs::write(cpu.join("cpuacct.usage"), "3000000000\n").unwrap();
+        std::fs::write(mem.join("memory.usage_in_bytes"), "4096\n").unwrap();
+        std::fs::write(mem.join("memory.limit_in_bytes"), "9223372036854771712\n").unwrap();
+        let layout = CgroupLayout::from_mountinfo(&format!(
+            "1 0 0:1 / {r}/cpuacct rw - cgroup cgroup rw,cpuacct\n2 0 0:2 / {r}/memory rw - cgroup cgroup rw,memory\n",
+            r = root.path().display()
+        ));
+        let m = CgroupMembership::parse("3:cpuacct:/docker/x\n2:memory:/docker/x\n");
+        let paths = CgroupStatsPaths::resolve(&layout, &m).unwrap();
+        let u = paths.read().unwrap();
+        assert_eq!(u.cpu_usage_seconds_total, 3.0);
+        assert_eq!(u.memory_bytes, 4096);
+        assert_eq!(u.memory_limit_bytes, None);
+
+        std::fs::write(mem.join("memory.usage_in_bytes"), "lots\n").unwrap();
+        let err = paths.read().unwrap_err().to_string();
+        assert!(err.contains("memory.usage_in_bytes") && err.contains("lots"), "{err}");
+        std::fs::remove_dir_all(&cpu).unwrap();
+        let err = paths.read().unwrap_err().to_string();
+        assert!(err.contains("cpuacct.usage"), "{err}");
+    }
+}

@@ -1,0 +1,16 @@
+//! gpuwatch: per-container GPU attribution, data-loader stall tracing and health for Docker GPU
+//! hosts.
+//!
+//! Data flows one way: [`sources`] (NVML, Docker, eBPF, `/proc` and cgroup files) →
+//! [`attribution`] (PID → cgroup → workload) → [`snapshot::Snapshot`] (built by
+//! [`sampler::Sampler`]) → [`output`].
+pub mod agent;
+pub mod attribution;
+pub mod caps;
+pub mod cgroup;
+pub mod events;
+pub mod output;
+pub mod sampler;
+pub mod snapshot;
+pub mod sources;
+pub mod tracefs;

@@ -1,0 +1,131 @@
+//! The `gpuwatch` command line.
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use gpuwatch::agent::{Agent, AgentConfig};
+use gpuwatch::output::table;
+use gpuwatch::sampler::SamplerConfig;
+use gpuwatch::sources::docker::DockerSourceConfig;
+use gpuwatch::sources::gpu::GpuSourceConfig;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "gpuwatch", version, about = "Which container uses which GPU, how much, and why it idles")]
+struct Cli {
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
+    /// Log filter (tracing-subscriber syntax), e.g. `info`, `gpuwatch=debug`.
+    #[arg(long, env = "GPUWATCH_LOG", default_value = "warn", global = true)]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Sample the host over one window and print every running container and GPU.
+    Snapshot(SnapshotArgs),
+}
+
+/// Where the agent gets its data.
+#[derive(Args)]
+struct SourceArgs {
+    /// NVML library to load (default: libnvidia-ml.so from the loader path).
+    #[arg(long, env = "GPUWATCH_NVML_LIB")]
+    nvml_lib: Option<PathBuf>,
+    /// Do not use NVML.
+    #[arg(long)]
+    no_nvml: bool,
+    /// Docker daemon socket.
+    #[arg(long, env = "GPUWATCH_DOCKER_SOCKET", default_value = "/var/run/docker.sock")]
+    docker_socket: PathBuf,
+    /// Do not use Docker (identities from cgroups only).
+    #[arg(long)]
+    no_docker: bool,
+    /// Do not load the eBPF probes.
+    #[arg(long)]
+    no_ebpf: bool,
+    /// The proc filesystem to read (for an agent in a container with the host's /proc mounted).
+    #[arg(long, default_value = "/proc")]
+    proc_root: PathBuf,
+}
+
+impl SourceArgs {
+    fn agent_config(&self) -> AgentConfig {
+        AgentConfig {
+            sampler: SamplerConfig {
+                gpu: (!self.no_nvml).then(|| GpuSourceConfig {
+                    lib_path: self.nvml_lib.clone(),
+                }),
+                probes: !self.no_ebpf,
+                proc_root: self.proc_root.clone(),
+                ..SamplerConfig::default()
+            },
+            docker: (!self.no_docker).then(|| DockerSourceConfig {
+                socket: self.docker_socket.clone(),
+                ..DockerSourceConfig::default()
+            }),
+        }
+    }
+}
+
+#[derive(Args)]
+struct SnapshotArgs {
+    #[command(flatten)]
+    sources: SourceArgs,
+    /// Print JSON (schema: docs/snapshot-schema.md) instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// How long to sample: rates (CPU cores, SM utilisation, switches) cover this window.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    window: Duration,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    init_logging(cli.log_format, &cli.log)?;
+    match cli.command {
+        Command::Snapshot(args) => snapshot(&args),
+    }
+}
+
+fn init_logging(format: LogFormat, filter: &str) -> Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter).with_context(|| format!("invalid --log filter {filter:?}"))?;
+    use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+    Ok(())
+}
+
+fn snapshot(args: &SnapshotArgs) -> Result<()> {
+    let mut agent = Agent::start(&args.sources.agent_config(), Duration::from_secs(3)).context("starting the agent")?;
+    // The first round is the baseline; the second covers the window.
+    agent.sampler.round();
+    std::thread::sleep(args.window);
+    let snap = agent.sampler.round();
+    let mut stdout = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut stdout, &snap).context("writing JSON")?;
+        writeln!(stdout).context("writing JSON")?;
+    } else {
+        stdout
+            .write_all(table::render_snapshot(&snap).as_bytes())
+            .context("writing the table")?;
+    }
+    Ok(())
+}

@@ -1,0 +1,2 @@
+//! Renderings of a snapshot.
+pub mod table;

@@ -1,0 +1,118 @@
+//! The human table of `gpuwatch snapshot`: GPUs, then workloads, then what is degraded.
+use crate::snapshot::{Snapshot, SourceState};
+use std::fmt::Write;
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+fn gib(bytes: u64) -> String {
+    format!("{:.2}", bytes as f64 / GIB)
+}
+
+/// Left-aligned columns sized to their widest cell.
+fn render(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut l = String::new();
+        for (c, w) in cells.zip(&widths) {
+            let _ = write!(l, "{c:<w$}  ");
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(&mut header.iter().copied());
+    for r in rows {
+        line(&mut r.iter().map(String::as_str));
+    }
+    out
+}
+
+pub fn render_snapshot(s: &Snapshot) -> String {
+    let mut out = String::new();
+    let gpu_rows: Vec<Vec<String>> = s
+        .gpus
+        .iter()
+        .map(|g| {
+            let d = &g.device;
+            vec![
+                d.index.to_string(),
+                opt(d.name.clone()),
+                if d.lost { "LOST".to_owned() } else { opt(d.utilization_gpu_percent) },
+                match (d.memory_used_bytes, d.memory_total_bytes) {
+                    (Some(u), Some(t)) => format!("{}/{}", gib(u), gib(t)),
+                    _ => "-".to_owned(),
+                },
+                opt(d.temperature_celsius),
+                match (d.power_watts, d.power_limit_watts) {
+                    (Some(p), Some(l)) => format!("{p:.0}/{l:.0}"),
+                    (Some(p), None) => format!("{p:.0}"),
+                    _ => "-".to_owned(),
+                },
+                opt(d.sm_clock_mhz),
+                g.processes.len().to_string(),
+                if d.clocks_event_reasons.is_empty() { "-".to_owned() } else { d.clocks_event_reasons.join(",") },
+            ]
+        })
+        .collect();
+    if s.sources.nvml.up {
+        out.push_str(&render(
+            &["GPU", "NAME", "UTIL%", "MEM GiB", "TEMP°C", "POWER W", "SM MHz", "PROCS", "THROTTLE"],
+            &gpu_rows,
+        ));
+        out.push('\n');
+    }
+    let rows: Vec<Vec<String>> = s
+        .workloads
+        .iter()
+        .map(|w| {
+            let c = w.container.as_ref();
+            let gpus = if w.gpu.per_gpu.is_empty() {
+                "-".to_owned()
+            } else {
+                w.gpu
+                    .per_gpu
+                    .iter()
+                    .map(|g| match g.sm_util_percent {
+                        Some(sm) => format!("{}:{sm:.0}%", g.index),
+                        None => format!("{}:idle", g.index),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            vec![
+                w.kind.as_str().to_owned(),
+                w.name.clone(),
+                c.map_or("-".to_owned(), |c| c.image.clone()),
+                c.and_then(|c| c.compose_service.clone()).unwrap_or_else(|| "-".to_owned()),
+                if w.gpu.processes == 0 { "-".to_owned() } else { gib(w.gpu.memory_bytes) },
+                gpus,
+                w.cpu.and_then(|c| c.cores).map_or("-".to_owned(), |c| format!("{c:.2}")),
+                w.memory.map_or("-".to_owned(), |m| gib(m.usage_bytes)),
+                w.sched.and_then(|s| s.switches).map_or("-".to_owned(), |v| v.to_string()),
+            ]
+        })
+        .collect();
+    out.push_str(&render(
+        &["KIND", "NAME", "IMAGE", "SERVICE", "GPU MEM GiB", "GPU:SM", "CPU", "MEM GiB", "SWITCHES"],
+        &rows,
+    ));
+    let vanished = s.gpus.iter().flat_map(|g| &g.processes).filter(|p| p.vanished).count();
+    if vanished > 0 {
+        let _ = writeln!(out, "\n{vanished} GPU process(es) exited before they could be attributed");
+    }
+    for (name, st) in [("nvml", &s.sources.nvml), ("docker", &s.sources.docker), ("ebpf", &s.sources.ebpf)] {
+        if let SourceState { up: false, detail } = st {
+            let _ = writeln!(out, "{name}: down ({})", detail.as_deref().unwrap_or("unknown"));
+        }
+    }
+    out
+}

@@ -1,0 +1,456 @@
+//! The sampler: one round reads every source once and assembles a [`Snapshot`].
+//!
+//! Data flows one way: sources → attribution → snapshot. Per round the cost is the NVML queries,
+//! `/proc` reads only for PIDs new to this round (see [`crate::attribution`]), a few cgroup files
+//! per workload and one walk of the probe's map; Docker metadata comes from the cache.
+use crate::attribution::{read_process, AttributionError, ProcessTable};
+use crate::cgroup::stats::CgroupStatsPaths;
+use crate::cgroup::{classify, CgroupLayout, CgroupMembership, WorkloadId, WorkloadKind};
+use crate::events::{EventCounters, InternalEvent};
+use crate::snapshot::{
+    ContainerMeta, CpuUsage, Gpu, GpuProcess, HostInfo, MemoryUsage, SchedActivity, Snapshot, SourceState, Sources,
+    Workload, WorkloadGpu, WorkloadGpuShare, SCHEMA_VERSION,
+};
+use crate::sources::docker::{ContainerInfo, DockerCache};
+use crate::sources::gpu::{GpuSource, GpuSourceConfig};
+use crate::sources::sched_probe::SchedProbe;
+use monitor_common::{SchedCounts, TaskKey};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What the sampler reads and how.
+#[derive(Clone, Debug)]
+pub struct SamplerConfig {
+    /// `None` turns the GPU source off.
+    pub gpu: Option<GpuSourceConfig>,
+    /// Load the eBPF scheduler probe.
+    pub probes: bool,
+    /// Where `/proc` is (tests and containerised agents may differ).
+    pub proc_root: PathBuf,
+    /// Re-read `/proc` for a PID that stayed on a GPU after this many rounds (cgroup moves).
+    pub revalidate_rounds: u64,
+}
+
+impl Default for SamplerConfig {
+    fn default() -> Self {
+        Self {
+            gpu: Some(GpuSourceConfig::default()),
+            probes: true,
+            proc_root: PathBuf::from("/proc"),
+            revalidate_rounds: 30,
+        }
+    }
+}
+
+/// A workload's cgroup, resolved once from a member process.
+struct WorkloadCgroup {
+    path: String,
+    stats: Result<CgroupStatsPaths, String>,
+    /// Inode of the unified-hierarchy directory: the id eBPF reports.
+    cgroup_id: Option<u64>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Previous {
+    cpu_seconds: Option<f64>,
+    sched: Option<SchedCounts>,
+}
+
+pub struct Sampler {
+    layout: CgroupLayout,
+    host: HostInfo,
+    gpu: Result<GpuSource, String>,
+    docker: Option<Arc<DockerCache>>,
+    probe: Result<SchedProbe, String>,
+    processes: ProcessTable,
+    proc_root: PathBuf,
+    cgroups: HashMap<WorkloadId, WorkloadCgroup>,
+    previous: HashMap<WorkloadId, Previous>,
+    previous_at: Option<Instant>,
+    sched_buf: HashMap<TaskKey, SchedCounts>,
+    events: Arc<EventCounters>,
+}
+
+impl Sampler {
+    /// Opens the sources. None of them failing stops the sampler: each is reported as down.
+    pub fn new(config: &SamplerConfig, docker: Option<Arc<DockerCache>>, events: Arc<EventCounters>) -> Self {
+        let layout = CgroupLayout::detect().unwrap_or_else(|e| {
+            tracing::warn!("cannot detect the cgroup layout ({e}); treating every process as the host");
+            CgroupLayout::from_mountinfo("")
+        });
+        let gpu = match &config.gpu {
+            None => Err("disabled".to_owned()),
+            Some(c) => GpuSource::open(c, events.clone()).map_err(|e| e.to_string()),
+        };
+        if let Err(e) = &gpu {
+            if config.gpu.is_some() {
+                tracing::warn!("GPU source unavailable: {e}; listing containers without GPU data");
+            }
+        }
+        let probe = if config.probes {
+            SchedProbe::load(true).map_err(|e| format!("stall tracing unavailable: {e}"))
+        } else {
+            Err("stall tracing disabled".to_owned())
+        };
+        if let (true, Err(e)) = (config.probes, &probe) {
+            tracing::warn!("{e}");
+        }
+        let host = HostInfo {
+            hostname: read_trimmed("/proc/sys/kernel/hostname"),
+            kernel: read_trimmed("/proc/sys/kernel/osrelease"),
+            cgroup_mode: layout.mode,
+            nvml_driver_version: gpu.as_ref().ok().and_then(|g| g.driver_version.clone()),
+        };
+        Self {
+            layout,
+            host,
+            gpu,
+            docker,
+            probe,
+            processes: ProcessTable::new(&config.proc_root, config.revalidate_rounds),
+            proc_root: config.proc_root.clone(),
+            cgroups: HashMap::new(),
+            previous: HashMap::new(),
+            previous_at: None,
+            sched_buf: HashMap::new(),
+            events,
+        }
+    }
+
+    /// Reads every source once and returns the snapshot of this round.
+    pub fn round(&mut self) -> Snapshot {
+        let started = Instant::now();
+        let taken_at = time::OffsetDateTime::now_utc();
+        let window_seconds = self.previous_at.map(|p| started.duration_since(p).as_secs_f64());
+
+        // 1. GPUs and their processes, attributed.
+        let readings = match &mut self.gpu {
+            Ok(g) => g.collect(),
+            Err(_) => Vec::new(),
+        };
+        self.processes.begin_round();
+        let mut gpus = Vec::with_capacity(readings.len());
+        let mut new_memberships: Vec<(WorkloadId, CgroupMembership)> = Vec::new();
+        for mut device in readings {
+            let processes = std::mem::take(&mut device.processes)
+                .into_iter()
+                .map(|reading| {
+                    let pid = reading.pid;
+                    match self.processes.resolve(pid) {
+                        Ok(info) => {
+                            if !self.cgroups.contains_key(&info.workload) {
+                                new_memberships.push((info.workload.clone(), info.membership.clone()));
+                            }
+                            GpuProcess {
+                                reading,
+                                start_time_ticks: Some(info.key.start_time),
+                                command: Some(info.name.clone()),
+                                workload: Some(info.workload.clone()),
+                                vanished: false,
+                            }
+                        }
+                        Err(e) => {
+                            let vanished = matches!(e, AttributionError::Vanished { .. });
+                            let event = if vanished {
+                                InternalEvent::GpuProcessVanished
+                            } else {
+                                InternalEvent::ProcReadFailed
+                            };
+                            self.events.emit(event, format_args!("GPU {}: {e}", device.index));
+                            GpuProcess {
+                                reading,
+                                start_time_ticks: None,
+                                command: None,
+                                workload: None,
+                                vanished,
+                            }
+                        }
+                    }
+                })
+                .collect();
+            gpus.push(Gpu { device, processes });
+        }
+        self.processes.end_round();
+        for (id, membership) in new_memberships {
+            self.remember_cgroup(id, &membership);
+        }
+
+        // 2. The workloads: running containers, plus whatever holds a GPU.
+        let mut workloads: BTreeMap<WorkloadId, Workload> = BTreeMap::new();
+        let docker_state = match &self.docker {
+            None => SourceState::down("disabled"),
+            Some(cache) => {
+                let status = cache.status();
+                if status.up {
+                    SourceState::up()
+                } else {
+                    SourceState::down(status.error.unwrap_or_else(|| "not connected yet".to_owned()))
+                }
+            }
+        };
+        // While Docker is away the cache keeps the last known containers (names stay right).
+        let containers: Vec<Arc<ContainerInfo>> = self.docker.as_ref().map(|c| c.containers()).unwrap_or_default();
+        for c in &containers {
+            let id = WorkloadId {
+                kind: WorkloadKind::Docker,
+                id: c.id.clone(),
+            };
+            if !self.cgroups.contains_key(&id) {
+                if let Some(pid) = c.init_pid {
+                    match read_process(&self.proc_root, pid) {
+                        Ok(info) => self.remember_cgroup(id.clone(), &info.membership),
+                        Err(e) => self.events.emit(
+                            InternalEvent::ProcReadFailed,
+                            format_args!("container {} init process: {e}", c.name),
+                        ),
+                    }
+                }
+            }
+            workloads.insert(id.clone(), new_workload(id, Some(c)));
+        }
+        // Containers the cache does not know are found in the cgroup tree when Docker is down.
+        if !docker_state.up {
+            for (id, path) in discover_docker_cgroups(&self.layout) {
+                if !self.cgroups.contains_key(&id) {
+                    let membership = membership_for_path(&self.layout, &path);
+                    self.remember_cgroup(id.clone(), &membership);
+                }
+                workloads.entry(id.clone()).or_insert_with(|| new_workload(id, None));
+            }
+        }
+        for gpu in &gpus {
+            for p in &gpu.processes {
+                let Some(id) = &p.workload else { continue };
+                let w = workloads
+                    .entry(id.clone())
+                    .or_insert_with(|| new_workload(id.clone(), None));
+                add_gpu_share(&mut w.gpu, gpu, p);
+            }
+        }
+
+        // 3. Cgroup counters and scheduler activity.
+        let sched_by_cgroup = self.read_probe(&workloads);
+        let window = window_seconds.filter(|w| *w > 0.0);
+        for (id, w) in &mut workloads {
+            let prev = self.previous.get(id).copied().unwrap_or_default();
+            let mut now = Previous::default();
+            if let Some(cg) = self.cgroups.get(id) {
+                w.cgroup_path = Some(cg.path.clone());
+                match &cg.stats {
+                    Ok(paths) => match paths.read() {
+                        Ok(u) => {
+                            let cores = match (prev.cpu_seconds, window) {
+                                (Some(p), Some(win)) => Some(((u.cpu_usage_seconds_total - p) / win).max(0.0)),
+                                _ => None,
+                            };
+                            w.cpu = Some(CpuUsage {
+                                usage_seconds_total: u.cpu_usage_seconds_total,
+                                cores,
+                            });
+                            w.memory = Some(MemoryUsage {
+                                usage_bytes: u.memory_bytes,
+                                limit_bytes: u.memory_limit_bytes,
+                            });
+                            now.cpu_seconds = Some(u.cpu_usage_seconds_total);
+                        }
+                        Err(e) => {
+                            self.events.emit(InternalEvent::CgroupStatsFailed, format_args!("{id}: {e}"));
+                            w.errors.insert("cgroup", e.to_string());
+                        }
+                    },
+                    Err(e) => {
+                        w.errors.insert("cgroup", e.clone());
+                    }
+                }
+                if let (Some(cgroup_id), Some(sched)) = (cg.cgroup_id, &sched_by_cgroup) {
+                    let total = sched.get(&cgroup_id).copied().unwrap_or_default();
+                    let delta = prev.sched.map(|p| {
+                        (
+                            total.switches.saturating_sub(p.switches),
+                            total.blocked_switches.saturating_sub(p.blocked_switches),
+                        )
+                    });
+                    w.sched = Some(SchedActivity {
+                        cgroup_id,
+                        switches_total: total.switches,
+                        blocked_switches_total: total.blocked_switches,
+                        switches: delta.map(|d| d.0),
+                        blocked_switches: delta.map(|d| d.1),
+                    });
+                    now.sched = Some(total);
+                }
+            } else {
+                w.errors.insert("cgroup", "no member process to locate the cgroup".to_owned());
+            }
+            self.previous.insert(id.clone(), now);
+        }
+        self.previous.retain(|id, _| workloads.contains_key(id));
+        self.cgroups.retain(|id, _| workloads.contains_key(id));
+        self.previous_at = Some(started);
+
+        let sources = Sources {
+            nvml: match &self.gpu {
+                Ok(_) => SourceState::up(),
+                Err(e) => SourceState::down(e.clone()),
+            },
+            docker: docker_state,
+            ebpf: match &self.probe {
+                Ok(_) => SourceState::up(),
+                Err(e) => SourceState::down(e.clone()),
+            },
+        };
+        let mut workloads: Vec<Workload> = workloads.into_values().collect();
+        workloads.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+        Snapshot {
+            schema_version: SCHEMA_VERSION,
+            taken_at: taken_at
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_default(),
+            taken_at_unix_ms: (taken_at.unix_timestamp_nanos() / 1_000_000) as u64,
+            window_seconds,
+            collection_seconds: started.elapsed().as_secs_f64(),
+            host: self.host.clone(),
+            sources,
+            gpus,
+            workloads,
+            internal_events: self.events.to_map(),
+        }
+    }
+
+    fn remember_cgroup(&mut self, id: WorkloadId, membership: &CgroupMembership) {
+        let path = membership.identity_path().to_owned();
+        let stats = CgroupStatsPaths::resolve(&self.layout, membership).map_err(|e| e.to_string());
+        let cgroup_id = membership
+            .unified_dir(&self.layout)
+            .and_then(|d| std::fs::metadata(d).ok())
+            .map(|m| m.ino());
+        self.cgroups.insert(id, WorkloadCgroup { path, stats, cgroup_id });
+    }
+
+    /// Points the kernel filter at this round's workloads and reads the counters by cgroup id.
+    fn read_probe(&mut self, workloads: &BTreeMap<WorkloadId, Workload>) -> Option<HashMap<u64, SchedCounts>> {
+        let probe = self.probe.as_mut().ok()?;
+        let ids: HashSet<u64> = workloads
+            .keys()
+            .filter_map(|id| self.cgroups.get(id)?.cgroup_id)
+            .collect();
+        if let Err(e) = probe.watch(&ids) {
+            self.events.emit(InternalEvent::ProbeMapReadFailed, &e);
+        }
+        match probe.read_counts(&mut self.sched_buf) {
+            Ok(skipped) => {
+                if skipped > 0 {
+                    self.events.add(InternalEvent::ProbeEntriesEvicted, skipped);
+                }
+            }
+            Err(e) => {
+                self.events.emit(InternalEvent::ProbeMapReadFailed, &e);
+                return None;
+            }
+        }
+        let mut by_cgroup: HashMap<u64, SchedCounts> = HashMap::new();
+        for (key, c) in &self.sched_buf {
+            let e = by_cgroup.entry(key.cgroup_id).or_default();
+            e.switches += c.switches;
+            e.blocked_switches += c.blocked_switches;
+        }
+        Some(by_cgroup)
+    }
+}
+
+fn read_trimmed(path: &str) -> String {
+    std::fs::read_to_string(path).map(|s| s.trim().to_owned()).unwrap_or_default()
+}
+
+fn new_workload(id: WorkloadId, container: Option<&Arc<ContainerInfo>>) -> Workload {
+    let name = match (container, id.kind) {
+        (Some(c), _) => c.name.clone(),
+        (None, WorkloadKind::Docker | WorkloadKind::Podman) => id.id.chars().take(12).collect(),
+        (None, _) => id.id.clone(),
+    };
+    Workload {
+        kind: id.kind,
+        name,
+        container: container.map(|c| ContainerMeta {
+            id: c.id.clone(),
+            name: c.name.clone(),
+            image: c.image.clone(),
+            compose_project: c.compose_project.clone(),
+            compose_service: c.compose_service.clone(),
+            started_at: c.started_at.clone(),
+            gpu_device_requests: c.gpu_device_requests.clone(),
+        }),
+        id,
+        cgroup_path: None,
+        cpu: None,
+        memory: None,
+        gpu: WorkloadGpu::default(),
+        sched: None,
+        errors: BTreeMap::new(),
+    }
+}
+
+fn add_gpu_share(w: &mut WorkloadGpu, gpu: &Gpu, p: &GpuProcess) {
+    let mem = p.reading.used_memory_bytes.unwrap_or(0);
+    w.memory_bytes += mem;
+    w.processes += 1;
+    let share = match w.per_gpu.iter_mut().position(|s| s.index == gpu.device.index) {
+        Some(i) => &mut w.per_gpu[i],
+        None => {
+            w.per_gpu.push(WorkloadGpuShare {
+                index: gpu.device.index,
+                uuid: gpu.device.uuid.clone(),
+                memory_bytes: 0,
+                sm_util_percent: None,
+                pids: Vec::new(),
+            });
+            w.per_gpu.last_mut().expect("just pushed")
+        }
+    };
+    share.memory_bytes += mem;
+    share.pids.push(p.reading.pid);
+    if let Some(sm) = p.reading.sm_util_percent {
+        *share.sm_util_percent.get_or_insert(0.0) += sm;
+    }
+}
+
+/// Docker containers visible in the cgroup tree (cgroupfs `/docker/<id>` and systemd
+/// `/system.slice/docker-<id>.scope`), for when the daemon cannot be asked.
+fn discover_docker_cgroups(layout: &CgroupLayout) -> Vec<(WorkloadId, String)> {
+    let root = layout
+        .unified
+        .clone()
+        .or_else(|| layout.v1_mount("name=systemd").or_else(|| layout.v1_mount("cpu")).map(|h| h.mount_point.clone()));
+    let Some(root) = root else { return Vec::new() };
+    let mut found = Vec::new();
+    for parent in ["docker", "system.slice"] {
+        let Ok(dir) = std::fs::read_dir(root.join(parent)) else { continue };
+        for entry in dir.flatten() {
+            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let path = format!("/{parent}/{}", entry.file_name().to_string_lossy());
+            let id = classify(&path);
+            if id.kind == WorkloadKind::Docker {
+                found.push((id, path));
+            }
+        }
+    }
+    found
+}
+
+/// The membership a process in `path` would have: cgroupfs-driver runtimes use the same path in
+/// every hierarchy.
+fn membership_for_path(layout: &CgroupLayout, path: &str) -> CgroupMembership {
+    CgroupMembership {
+        unified: layout.unified.as_ref().map(|_| path.to_owned()),
+        v1: layout
+            .v1
+            .iter()
+            .map(|h| (h.controllers.clone(), path.to_owned()))
+            .collect(),
+    }
+}

@@ -1,0 +1,320 @@
+//! The Docker source: a cache of running containers kept current by the event stream.
+//!
+//! On connect it subscribes to container events from the moment before listing (so nothing that
+//! happens during the list is lost), lists and inspects the running containers, then applies
+//! `start` / `die` / `destroy` / `rename` events. When the daemon goes away it marks itself down,
+//! retries with back-off and re-lists on reconnect. Samplers only ever read the cache: Docker
+//! metadata never costs a request per round.
+use crate::events::{EventCounters, InternalEvent};
+use bollard::query_parameters::{EventsOptions, InspectContainerOptions, ListContainersOptions};
+use bollard::Docker;
+use futures_util::StreamExt;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::watch;
+
+pub const COMPOSE_PROJECT_LABEL: &str = "com.docker.compose.project";
+pub const COMPOSE_SERVICE_LABEL: &str = "com.docker.compose.service";
+
+#[derive(Clone, Debug)]
+pub struct DockerSourceConfig {
+    /// The daemon's socket (`unix://` prefix allowed).
+    pub socket: PathBuf,
+    /// Per-request timeout.
+    pub timeout: Duration,
+    /// Longest wait between reconnection attempts.
+    pub max_backoff: Duration,
+}
+
+impl Default for DockerSourceConfig {
+    fn default() -> Self {
+        Self {
+            socket: PathBuf::from("/var/run/docker.sock"),
+            timeout: Duration::from_secs(5),
+            max_backoff: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A GPU request in a container's `HostConfig.DeviceRequests` (`--gpus`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct GpuDeviceRequest {
+    pub driver: Option<String>,
+    /// Number of GPUs requested; -1 means all.
+    pub count: Option<i64>,
+    pub device_ids: Vec<String>,
+    pub capabilities: Vec<Vec<String>>,
+}
+
+/// What the agent knows of one running container.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ContainerInfo {
+    pub id: String,
+    pub name: String,
+    pub image: String,
+    pub compose_project: Option<String>,
+    pub compose_service: Option<String>,
+    /// RFC 3339 start time.
+    pub started_at: Option<String>,
+    /// Host PID of the container's init process.
+    #[serde(skip)]
+    pub init_pid: Option<u32>,
+    pub gpu_device_requests: Vec<GpuDeviceRequest>,
+    #[serde(skip)]
+    pub labels: HashMap<String, String>,
+}
+
+/// The source's health, as shown in snapshots.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DockerStatus {
+    pub up: bool,
+    /// Why the source is down (or was, most recently).
+    pub error: Option<String>,
+    /// Set once the first connection attempt has finished, successfully or not.
+    pub attempted: bool,
+}
+
+#[derive(Default)]
+struct CacheState {
+    status: DockerStatus,
+    containers: HashMap<String, Arc<ContainerInfo>>,
+}
+
+/// The container cache, shared between the Docker task and the samplers.
+#[derive(Default)]
+pub struct DockerCache {
+    state: RwLock<CacheState>,
+}
+
+impl DockerCache {
+    pub fn status(&self) -> DockerStatus {
+        self.read().status.clone()
+    }
+
+    pub fn containers(&self) -> Vec<Arc<ContainerInfo>> {
+        self.read().containers.values().cloned().collect()
+    }
+
+    pub fn get(&self, id: &str) -> Option<Arc<ContainerInfo>> {
+        self.read().containers.get(id).cloned()
+    }
+
+    /// Blocks until the first connection attempt finishes or `timeout` passes.
+    pub fn wait_attempted(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.read().status.attempted {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, CacheState> {
+        // A writer that panicked leaves consistent data (each write is one assignment).
+        self.state.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, CacheState> {
+        self.state.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set_down(&self, error: String) {
+        let mut s = self.write();
+        s.status = DockerStatus {
+            up: false,
+            error: Some(error),
+            attempted: true,
+        };
+        // Keep the last known containers: their identities are still right while the daemon is
+        // away, and dropping them would lose names for running GPU jobs.
+    }
+}
+
+/// Runs the Docker source until `shutdown` turns true.
+pub async fn run(config: DockerSourceConfig, cache: Arc<DockerCache>, events: Arc<EventCounters>, mut shutdown: watch::Receiver<bool>) {
+    let mut backoff = Duration::from_millis(500);
+    while !*shutdown.borrow() {
+        match connect_and_follow(&config, &cache, &events, &mut shutdown).await {
+            Ok(()) => return, // shutdown requested
+            Err(e) => {
+                let text = e.to_string();
+                let status = cache.status();
+                let was_up = status.up;
+                if was_up {
+                    events.emit(InternalEvent::DockerEventStreamLost, &text);
+                } else if status.error.as_deref() == Some(text.as_str()) {
+                    // The same failure again while retrying: count it, log it once.
+                    events.add(InternalEvent::DockerRequestFailed, 1);
+                } else {
+                    events.emit(InternalEvent::DockerRequestFailed, &text);
+                }
+                cache.set_down(text);
+                if was_up {
+                    backoff = Duration::from_millis(500);
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = shutdown.changed() => {}
+        }
+        backoff = (backoff * 2).min(config.max_backoff);
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum FollowError {
+    #[error("cannot connect to Docker at {socket}: {source}")]
+    Connect { socket: String, source: bollard::errors::Error },
+    #[error("Docker at {socket}: {what}: {source}")]
+    Request {
+        socket: String,
+        what: &'static str,
+        source: bollard::errors::Error,
+    },
+    #[error("Docker at {socket}: the event stream ended")]
+    StreamEnded { socket: String },
+}
+
+async fn connect_and_follow(
+    config: &DockerSourceConfig,
+    cache: &DockerCache,
+    events: &EventCounters,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<(), FollowError> {
+    let socket = config.socket.display().to_string();
+    let docker = Docker::connect_with_unix(&socket, config.timeout.as_secs().max(1), bollard::API_DEFAULT_VERSION)
+        .map_err(|source| FollowError::Connect {
+            socket: socket.clone(),
+            source,
+        })?
+        .negotiate_version()
+        .await
+        .map_err(|source| FollowError::Connect {
+            socket: socket.clone(),
+            source,
+        })?;
+    let request = |what| {
+        let socket = socket.clone();
+        move |source| FollowError::Request { socket, what, source }
+    };
+
+    // Events from one second before the list: whatever happens while listing is replayed.
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs().saturating_sub(1));
+    let filters = HashMap::from([("type".to_owned(), vec!["container".to_owned()])]);
+    let mut stream = docker.events(Some(EventsOptions {
+        since: Some(since.to_string()),
+        until: None,
+        filters: Some(filters),
+    }));
+
+    let listed = docker
+        .list_containers(Some(ListContainersOptions {
+            all: false,
+            ..Default::default()
+        }))
+        .await
+        .map_err(request("listing containers"))?;
+    let mut containers = HashMap::with_capacity(listed.len());
+    for summary in listed {
+        let Some(id) = summary.id else { continue };
+        match inspect(&docker, &id).await {
+            Ok(Some(info)) => {
+                containers.insert(id, Arc::new(info));
+            }
+            Ok(None) => {}
+            Err(e) => events.emit(InternalEvent::DockerRequestFailed, format_args!("inspecting {id}: {e}")),
+        }
+    }
+    {
+        let mut s = cache.write();
+        s.containers = containers;
+        s.status = DockerStatus {
+            up: true,
+            error: None,
+            attempted: true,
+        };
+    }
+    tracing::info!(socket = %socket, containers = cache.read().containers.len(), "Docker source up");
+
+    loop {
+        let item = tokio::select! {
+            item = stream.next() => item,
+            _ = shutdown.changed() => return Ok(()),
+        };
+        let Some(item) = item else {
+            return Err(FollowError::StreamEnded { socket });
+        };
+        let event = item.map_err(request("event stream"))?;
+        let (Some(action), Some(id)) = (event.action.as_deref(), event.actor.and_then(|a| a.id)) else {
+            continue;
+        };
+        match action {
+            "start" | "rename" | "unpause" => match inspect(&docker, &id).await {
+                Ok(Some(info)) => {
+                    cache.write().containers.insert(id, Arc::new(info));
+                }
+                Ok(None) => {
+                    cache.write().containers.remove(&id);
+                }
+                Err(e) => events.emit(InternalEvent::DockerRequestFailed, format_args!("inspecting {id}: {e}")),
+            },
+            "die" | "destroy" => {
+                cache.write().containers.remove(&id);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Inspects one container; `None` if it is not running (or no longer exists).
+async fn inspect(docker: &Docker, id: &str) -> Result<Option<ContainerInfo>, bollard::errors::Error> {
+    let r = match docker.inspect_container(id, None::<InspectContainerOptions>).await {
+        Ok(r) => r,
+        Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let state = r.state.unwrap_or_default();
+    if state.running != Some(true) {
+        return Ok(None);
+    }
+    let config = r.config.unwrap_or_default();
+    let labels = config.labels.unwrap_or_default();
+    let gpu_device_requests = r
+        .host_config
+        .and_then(|h| h.device_requests)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|d| {
+            d.driver.as_deref() == Some("nvidia")
+                || d.capabilities
+                    .iter()
+                    .flatten()
+                    .any(|caps| caps.iter().any(|c| c == "gpu"))
+        })
+        .map(|d| GpuDeviceRequest {
+            driver: d.driver,
+            count: d.count,
+            device_ids: d.device_ids.unwrap_or_default(),
+            capabilities: d.capabilities.unwrap_or_default(),
+        })
+        .collect();
+    Ok(Some(ContainerInfo {
+        id: r.id.unwrap_or_else(|| id.to_owned()),
+        name: r.name.unwrap_or_default().trim_start_matches('/').to_owned(),
+        image: config.image.or(r.image).unwrap_or_default(),
+        compose_project: labels.get(COMPOSE_PROJECT_LABEL).cloned(),
+        compose_service: labels.get(COMPOSE_SERVICE_LABEL).cloned(),
+        started_at: state.started_at,
+        init_pid: state.pid.and_then(|p| u32::try_from(p).ok()).filter(|p| *p > 0),
+        gpu_device_requests,
+        labels,
+    }))
+}

@@ -1,0 +1,447 @@
+//! The GPU source: NVML through nvml-wrapper, one reading per sampling round.
+//!
+//! Runs on the sampler's own thread, never on a request path. Static facts (UUID, name) are read
+//! once per device. The two per-round list calls (`GetComputeRunningProcesses_v3`,
+//! `GetProcessUtilization`) go through the raw symbols with buffers reused across rounds, and
+//! call NVML once when the buffer is large enough (nvml-wrapper sizes with a second call and
+//! allocates each time; `GetProcessUtilization` alone costs 1.4–2 ms per call on an H200).
+use crate::events::{EventCounters, InternalEvent};
+use nvml_wrapper::bitmasks::device::ThrottleReasons;
+use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::Nvml;
+use nvml_wrapper_sys::bindings::{
+    nvmlDevice_t, nvmlProcessInfo_t, nvmlProcessUtilizationSample_t, nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE,
+    nvmlReturn_enum_NVML_ERROR_NOT_FOUND, nvmlReturn_enum_NVML_SUCCESS, nvmlReturn_t,
+};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::os::raw::c_uint;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Configuration of the GPU source.
+#[derive(Clone, Debug, Default)]
+pub struct GpuSourceConfig {
+    /// The NVML library to load; `None` loads `libnvidia-ml.so` from the loader's search path.
+    pub lib_path: Option<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GpuSourceError {
+    #[error("cannot load NVML from {lib}: {source}")]
+    Init { lib: String, source: NvmlError },
+    #[error("NVML loaded but cannot count GPUs: {0}")]
+    Count(NvmlError),
+}
+
+/// One GPU's state in one round. Fields are `None` when the GPU does not support the query or the
+/// query failed (the failure is in `errors`, keyed by field).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DeviceReading {
+    pub index: u32,
+    pub uuid: Option<String>,
+    pub name: Option<String>,
+    /// True when NVML reported the GPU lost (fallen off the bus).
+    pub lost: bool,
+    pub utilization_gpu_percent: Option<u32>,
+    pub utilization_memory_percent: Option<u32>,
+    pub memory_used_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    pub temperature_celsius: Option<u32>,
+    pub power_watts: Option<f64>,
+    pub power_limit_watts: Option<f64>,
+    pub sm_clock_mhz: Option<u32>,
+    /// Active clocks-event (throttle) reasons, e.g. `sw_power_cap`, `hw_thermal_slowdown`.
+    pub clocks_event_reasons: Vec<&'static str>,
+    #[serde(skip)]
+    pub processes: Vec<ProcessReading>,
+    pub errors: BTreeMap<&'static str, String>,
+}
+
+/// How a process uses a GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessKind {
+    Compute,
+    Graphics,
+    ComputeAndGraphics,
+}
+
+/// One process on one GPU in one round.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ProcessReading {
+    pub pid: u32,
+    pub kind: ProcessKind,
+    /// GPU memory used by the process; `None` when NVML cannot tell (e.g. under some vGPUs).
+    pub used_memory_bytes: Option<u64>,
+    /// Mean SM utilisation over the samples since the previous round; `None` with no samples
+    /// (NVML returns samples only for processes active since the last query).
+    pub sm_util_percent: Option<f64>,
+    pub mem_util_percent: Option<f64>,
+    /// Number of NVML utilisation samples behind the two means.
+    pub samples: u32,
+}
+
+struct DeviceCursor {
+    index: u32,
+    uuid: Option<String>,
+    name: Option<String>,
+    /// Timestamp (µs) of the newest utilisation sample seen; the next query asks for newer ones.
+    last_seen_us: u64,
+    compute: Vec<nvmlProcessInfo_t>,
+    graphics: Vec<nvmlProcessInfo_t>,
+    samples: Vec<nvmlProcessUtilizationSample_t>,
+}
+
+/// The open NVML library and a cursor per GPU.
+pub struct GpuSource {
+    nvml: Nvml,
+    devices: Vec<DeviceCursor>,
+    events: Arc<EventCounters>,
+    pub driver_version: Option<String>,
+}
+
+/// `NVML_VALUE_NOT_AVAILABLE` for 64-bit values.
+const VALUE_NOT_AVAILABLE: u64 = u64::MAX;
+
+impl GpuSource {
+    pub fn open(config: &GpuSourceConfig, events: Arc<EventCounters>) -> Result<Self, GpuSourceError> {
+        let mut builder = Nvml::builder();
+        if let Some(path) = &config.lib_path {
+            builder.lib_path(path.as_os_str());
+        }
+        let lib = config
+            .lib_path
+            .as_ref()
+            .map_or_else(|| "libnvidia-ml.so".to_owned(), |p| p.display().to_string());
+        let nvml = builder.init().map_err(|source| GpuSourceError::Init { lib, source })?;
+        let count = nvml.device_count().map_err(GpuSourceError::Count)?;
+        let driver_version = nvml.sys_driver_version().ok();
+        let mut devices = Vec::with_capacity(count as usize);
+        for index in 0..count {
+            let (uuid, name) = match nvml.device_by_index(index) {
+                Ok(d) => (d.uuid().ok(), d.name().ok()),
+                Err(e) => {
+                    events.emit(InternalEvent::NvmlCallFailed, format_args!("GPU {index}: handle: {e}"));
+                    (None, None)
+                }
+            };
+            devices.push(DeviceCursor {
+                index,
+                uuid,
+                name,
+                last_seen_us: 0,
+                compute: Vec::new(),
+                graphics: Vec::new(),
+                samples: Vec::new(),
+            });
+        }
+        Ok(Self {
+            nvml,
+            devices,
+            events,
+            driver_version,
+        })
+    }
+
+    pub fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+
+    /// Reads every GPU once. Never fails as a whole: a failed query leaves its field empty and
+    /// its error in the device's `errors`.
+    pub fn collect(&mut self) -> Vec<DeviceReading> {
+        let mut out = Vec::with_capacity(self.devices.len());
+        for cursor in &mut self.devices {
+            out.push(read_device(&self.nvml, cursor, &self.events));
+        }
+        out
+    }
+}
+
+/// Records a query's outcome: the value, or `None` with the error noted (NotSupported is simply
+/// absent: many GPUs lack some sensors, and that is no failure).
+struct Recorder<'a> {
+    reading: &'a mut DeviceReading,
+    events: &'a EventCounters,
+}
+
+impl Recorder<'_> {
+    fn take<T>(&mut self, field: &'static str, result: Result<T, NvmlError>) -> Option<T> {
+        match result {
+            Ok(v) => Some(v),
+            Err(NvmlError::NotSupported) => None,
+            Err(e) => {
+                if matches!(e, NvmlError::GpuLost) {
+                    self.reading.lost = true;
+                }
+                self.events.emit(
+                    InternalEvent::NvmlCallFailed,
+                    format_args!("GPU {}: {field}: {e}", self.reading.index),
+                );
+                self.reading.errors.insert(field, e.to_string());
+                None
+            }
+        }
+    }
+}
+
+fn read_device(nvml: &Nvml, cursor: &mut DeviceCursor, events: &EventCounters) -> DeviceReading {
+    let mut reading = DeviceReading {
+        index: cursor.index,
+        uuid: cursor.uuid.clone(),
+        name: cursor.name.clone(),
+        ..Default::default()
+    };
+    let mut rec = Recorder {
+        reading: &mut reading,
+        events,
+    };
+    let Some(device) = rec.take("handle", nvml.device_by_index(cursor.index)) else {
+        return reading;
+    };
+    if cursor.uuid.is_none() {
+        // A GPU that failed at start may have come back.
+        cursor.uuid = rec.take("uuid", device.uuid());
+        cursor.name = device.name().ok();
+        rec.reading.uuid = cursor.uuid.clone();
+        rec.reading.name = cursor.name.clone();
+    }
+    if let Some(u) = rec.take("utilization", device.utilization_rates()) {
+        rec.reading.utilization_gpu_percent = Some(u.gpu);
+        rec.reading.utilization_memory_percent = Some(u.memory);
+    }
+    if let Some(m) = rec.take("memory", device.memory_info()) {
+        rec.reading.memory_used_bytes = Some(m.used);
+        rec.reading.memory_total_bytes = Some(m.total);
+    }
+    rec.reading.temperature_celsius = rec.take("temperature", device.temperature(TemperatureSensor::Gpu));
+    rec.reading.power_watts = rec.take("power", device.power_usage()).map(|mw| f64::from(mw) / 1000.0);
+    rec.reading.power_limit_watts = rec
+        .take("power_limit", device.enforced_power_limit())
+        .map(|mw| f64::from(mw) / 1000.0);
+    rec.reading.sm_clock_mhz = rec.take("sm_clock", device.clock_info(Clock::SM));
+    if let Some(r) = rec.take("clocks_event_reasons", device.current_throttle_reasons()) {
+        rec.reading.clocks_event_reasons = reason_names(r);
+    }
+
+    // SAFETY: the handle belongs to `nvml`, which outlives this call.
+    let handle = unsafe { device.handle() };
+    let lib = nvml.lib();
+    let compute = list_processes(lib.nvmlDeviceGetComputeRunningProcesses_v3.as_ref(), handle, &mut cursor.compute);
+    let n_compute = rec.take("compute_processes", compute).unwrap_or(0);
+    let graphics = list_processes(lib.nvmlDeviceGetGraphicsRunningProcesses_v3.as_ref(), handle, &mut cursor.graphics);
+    let n_graphics = rec.take("graphics_processes", graphics).unwrap_or(0);
+    let samples = process_samples(lib.nvmlDeviceGetProcessUtilization.as_ref(), handle, cursor);
+    let n_samples = rec.take("process_utilization", samples).unwrap_or(0);
+
+    rec.reading.processes = merge_processes(
+        &cursor.compute[..n_compute],
+        &cursor.graphics[..n_graphics],
+        &cursor.samples[..n_samples],
+    );
+    reading
+}
+
+fn reason_names(r: ThrottleReasons) -> Vec<&'static str> {
+    const NAMES: [(ThrottleReasons, &str); 9] = [
+        (ThrottleReasons::GPU_IDLE, "gpu_idle"),
+        (ThrottleReasons::APPLICATIONS_CLOCKS_SETTING, "applications_clocks_setting"),
+        (ThrottleReasons::SW_POWER_CAP, "sw_power_cap"),
+        (ThrottleReasons::HW_SLOWDOWN, "hw_slowdown"),
+        (ThrottleReasons::SYNC_BOOST, "sync_boost"),
+        (ThrottleReasons::SW_THERMAL_SLOWDOWN, "sw_thermal_slowdown"),
+        (ThrottleReasons::HW_THERMAL_SLOWDOWN, "hw_thermal_slowdown"),
+        (ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN, "hw_power_brake_slowdown"),
+        (ThrottleReasons::DISPLAY_CLOCK_SETTING, "display_clock_setting"),
+    ];
+    NAMES.iter().filter(|(f, _)| r.contains(*f)).map(|(_, n)| *n).collect()
+}
+
+type ListFn = unsafe extern "C" fn(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
+type UtilFn =
+    unsafe extern "C" fn(nvmlDevice_t, *mut nvmlProcessUtilizationSample_t, *mut c_uint, u64) -> nvmlReturn_t;
+
+/// Calls an NVML "fill a buffer, or say how big it must be" function, growing `buf` as needed.
+/// `buf` keeps its length (its capacity in elements) across rounds; returns how many are valid.
+fn fill_buffer<T: Copy>(
+    buf: &mut Vec<T>,
+    zero: T,
+    mut call: impl FnMut(*mut T, &mut c_uint) -> nvmlReturn_t,
+) -> Result<usize, NvmlError> {
+    for _ in 0..4 {
+        let mut count = buf.len() as c_uint;
+        let ptr = if buf.is_empty() { std::ptr::null_mut() } else { buf.as_mut_ptr() };
+        match call(ptr, &mut count) {
+            r if r == nvmlReturn_enum_NVML_SUCCESS => return Ok((count as usize).min(buf.len())),
+            r if r == nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE => {
+                // Headroom for processes that start between the two calls.
+                let want = (count as usize).max(buf.len() + 1) + 8;
+                buf.resize(want, zero);
+            }
+            r => return Err(NvmlError::from(r)),
+        }
+    }
+    Err(NvmlError::InsufficientSize(Some(buf.len())))
+}
+
+fn list_processes(
+    sym: Result<&ListFn, &libloading::Error>,
+    handle: nvmlDevice_t,
+    buf: &mut Vec<nvmlProcessInfo_t>,
+) -> Result<usize, NvmlError> {
+    let sym = nvml_wrapper::error::nvml_sym(sym)?;
+    let zero = nvmlProcessInfo_t {
+        pid: 0,
+        usedGpuMemory: 0,
+        gpuInstanceId: 0,
+        computeInstanceId: 0,
+    };
+    // SAFETY: `ptr` points to `count` writable elements (or is null with count 0).
+    fill_buffer(buf, zero, |ptr, count| unsafe { sym(handle, count, ptr) })
+}
+
+fn process_samples(
+    sym: Result<&UtilFn, &libloading::Error>,
+    handle: nvmlDevice_t,
+    cursor: &mut DeviceCursor,
+) -> Result<usize, NvmlError> {
+    let sym = nvml_wrapper::error::nvml_sym(sym)?;
+    let zero = nvmlProcessUtilizationSample_t {
+        pid: 0,
+        timeStamp: 0,
+        smUtil: 0,
+        memUtil: 0,
+        encUtil: 0,
+        decUtil: 0,
+    };
+    let last_seen = cursor.last_seen_us;
+    // SAFETY: as above.
+    let n = match fill_buffer(&mut cursor.samples, zero, |ptr, count| unsafe {
+        let r = sym(handle, ptr, count, last_seen);
+        // NOT_FOUND means "no samples since last_seen", not a failure.
+        if r == nvmlReturn_enum_NVML_ERROR_NOT_FOUND {
+            *count = 0;
+            nvmlReturn_enum_NVML_SUCCESS
+        } else {
+            r
+        }
+    }) {
+        Ok(n) => n,
+        Err(e) => return Err(e),
+    };
+    if let Some(newest) = cursor.samples[..n].iter().map(|s| s.timeStamp).max() {
+        cursor.last_seen_us = cursor.last_seen_us.max(newest);
+    }
+    Ok(n)
+}
+
+/// Joins the compute and graphics lists and the utilisation samples into one entry per PID.
+fn merge_processes(
+    compute: &[nvmlProcessInfo_t],
+    graphics: &[nvmlProcessInfo_t],
+    samples: &[nvmlProcessUtilizationSample_t],
+) -> Vec<ProcessReading> {
+    let memory = |p: &nvmlProcessInfo_t| (p.usedGpuMemory != VALUE_NOT_AVAILABLE).then_some(p.usedGpuMemory);
+    let mut out: Vec<ProcessReading> = Vec::with_capacity(compute.len() + graphics.len());
+    for (list, kind) in [(compute, ProcessKind::Compute), (graphics, ProcessKind::Graphics)] {
+        for p in list {
+            if let Some(existing) = out.iter_mut().find(|e| e.pid == p.pid) {
+                if existing.kind != kind {
+                    existing.kind = ProcessKind::ComputeAndGraphics;
+                }
+                existing.used_memory_bytes = existing.used_memory_bytes.max(memory(p));
+                continue;
+            }
+            out.push(ProcessReading {
+                pid: p.pid,
+                kind,
+                used_memory_bytes: memory(p),
+                sm_util_percent: None,
+                mem_util_percent: None,
+                samples: 0,
+            });
+        }
+    }
+    for p in &mut out {
+        let (mut sm, mut mem, mut n) = (0u64, 0u64, 0u32);
+        for s in samples.iter().filter(|s| s.pid == p.pid) {
+            sm += u64::from(s.smUtil);
+            mem += u64::from(s.memUtil);
+            n += 1;
+        }
+        if n > 0 {
+            p.sm_util_percent = Some(sm as f64 / f64::from(n));
+            p.mem_util_percent = Some(mem as f64 / f64::from(n));
+            p.samples = n;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(pid: u32, mem: u64) -> nvmlProcessInfo_t {
+        nvmlProcessInfo_t {
+            pid,
+            usedGpuMemory: mem,
+            gpuInstanceId: u32::MAX,
+            computeInstanceId: u32::MAX,
+        }
+    }
+
+    fn sample(pid: u32, ts: u64, sm: u32) -> nvmlProcessUtilizationSample_t {
+        nvmlProcessUtilizationSample_t {
+            pid,
+            timeStamp: ts,
+            smUtil: sm,
+            memUtil: sm / 2,
+            encUtil: 0,
+            decUtil: 0,
+        }
+    }
+
+    #[test]
+    fn merges_lists_and_averages_samples() {
+        let out = merge_processes(
+            &[info(1, 100), info(2, VALUE_NOT_AVAILABLE)],
+            &[info(1, 120), info(3, 5)],
+            &[sample(1, 10, 40), sample(1, 20, 60), sample(9, 5, 99)],
+        );
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[0].kind, ProcessKind::ComputeAndGraphics);
+        assert_eq!(out[0].used_memory_bytes, Some(120));
+        assert_eq!(out[0].sm_util_percent, Some(50.0));
+        assert_eq!(out[0].samples, 2);
+        assert_eq!(out[1].used_memory_bytes, None);
+        assert_eq!(out[1].sm_util_percent, None, "no sample means no activity, not zero");
+        assert_eq!(out[2].kind, ProcessKind::Graphics);
+    }
+
+    #[test]
+    fn fill_buffer_grows_once_then_reuses() {
+        let mut buf: Vec<u32> = Vec::new();
+        let mut calls = 0;
+        let fill = |ptr: *mut u32, count: &mut c_uint, calls: &mut u32| {
+            *calls += 1;
+            if (*count as usize) < 3 {
+                *count = 3;
+                return nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
+            }
+            for i in 0..3 {
+                // SAFETY: the caller sized the buffer to at least 3.
+                unsafe { *ptr.add(i) = i as u32 + 1 };
+            }
+            *count = 3;
+            nvmlReturn_enum_NVML_SUCCESS
+        };
+        let n = fill_buffer(&mut buf, 0, |p, c| fill(p, c, &mut calls)).unwrap();
+        assert_eq!((n, &buf[..n], calls), (3, &[1, 2, 3][..], 2));
+        calls = 0;
+        let n = fill_buffer(&mut buf, 0, |p, c| fill(p, c, &mut calls)).unwrap();
+        assert_eq!((n, calls), (3, 1), "a warm buffer needs one NVML call");
+    }
+}

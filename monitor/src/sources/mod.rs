@@ -1,0 +1,5 @@
+//! Data sources. Each is independent and degrades alone: no NVML still lists containers, no
+//! Docker still attributes by cgroup, no eBPF still reports GPU-side data.
+pub mod docker;
+pub mod gpu;
+pub mod sched_probe;
