@@ -1,1 +1,101 @@
-fn main() {}
+//! Project tasks: `cargo xtask setup | test | run`.
+//!
+//! `setup` installs, idempotently, everything the build and the tests need on a fresh Debian
+//! machine; `test` and `run` call it first, so each of the README's two commands works alone.
+mod setup;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::Command;
+
+#[derive(Parser)]
+#[command(name = "xtask")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install and start what building and testing need (nightly rust-src, bpf-linker, Docker,
+    /// busybox-static, tracefs). Safe to run again.
+    Setup,
+    /// Set up, then run formatting and lint checks and the whole test suite (unit, eBPF and
+    /// real-Docker end-to-end tests).
+    Test {
+        /// Skip `cargo fmt --check` and clippy.
+        #[arg(long)]
+        no_lint: bool,
+        /// Extra arguments for `cargo test` (after `--`).
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// Set up, build the release binary and run it with these arguments (default: `snapshot`).
+    Run {
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().task {
+        Task::Setup => setup::run(),
+        Task::Test { no_lint, args } => {
+            setup::run()?;
+            test(no_lint, &args)
+        }
+        Task::Run { args } => {
+            setup::run()?;
+            run(&args)
+        }
+    }
+}
+
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_owned()
+}
+
+/// Runs a command in the workspace root, failing with the command line when it fails.
+pub fn cargo(args: &[&str]) -> Result<()> {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()));
+    cmd.args(args).current_dir(workspace_root());
+    eprintln!("[xtask] cargo {}", args.join(" "));
+    let status = cmd.status().with_context(|| format!("starting cargo {}", args.join(" ")))?;
+    if !status.success() {
+        bail!("cargo {} failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+fn test(no_lint: bool, extra: &[String]) -> Result<()> {
+    if !no_lint {
+        cargo(&["fmt", "--all", "--", "--check"])?;
+        cargo(&["clippy", "--workspace", "--exclude", "monitor-ebpf", "--all-targets", "--", "-D", "warnings"])?;
+    }
+    // The end-to-end tests load the fake NVML library and run the agent binary.
+    cargo(&["build", "-p", "fake-nvml", "-p", "gpuwatch"])?;
+    let mut args = vec!["test", "--workspace", "--exclude", "monitor-ebpf"];
+    if !extra.is_empty() {
+        args.push("--");
+        args.extend(extra.iter().map(String::as_str));
+    }
+    cargo(&args)
+}
+
+fn run(args: &[String]) -> Result<()> {
+    cargo(&["build", "--release", "-p", "gpuwatch"])?;
+    let bin = workspace_root().join("target/release/gpuwatch");
+    let args: Vec<&str> = if args.is_empty() { vec!["snapshot"] } else { args.iter().map(String::as_str).collect() };
+    let status = Command::new(&bin)
+        .args(&args)
+        .status()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    if !status.success() {
+        bail!("gpuwatch {} failed ({status})", args.join(" "));
+    }
+    Ok(())
+}

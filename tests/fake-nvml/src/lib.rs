@@ -1,1 +1,458 @@
+//! A stand-in `libnvidia-ml.so` for tests and for reproducing a case without a GPU.
+//!
+//! The real nvml-wrapper loads it through its normal library-path mechanism
+//! (`gpuwatch --nvml-lib target/debug/libnvidia_ml_fake.so`). What it reports comes from the
+//! JSON scenario named by `FAKE_NVML_SCENARIO`, re-read whenever the file changes, so a test can
+//! script a timeline by rewriting it. Every exported function follows the NVML contract the agent
+//! relies on: buffer sizing with INSUFFICIENT_SIZE, NOT_FOUND for "no samples since", the
+//! `_v2`/`_v3` struct layouts (taken from nvml-wrapper-sys, so they match the real ones), and
+//! injectable errors and delays per function.
+#![allow(non_snake_case, non_upper_case_globals, clippy::missing_safety_doc)]
 
+pub mod scenario;
+
+use nvml_wrapper_sys::bindings::*;
+use scenario::{Kind, Scenario};
+use std::ffi::{c_char, c_uint, c_ulonglong, CStr};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub const SCENARIO_ENV: &str = "FAKE_NVML_SCENARIO";
+
+struct Loaded {
+    path: PathBuf,
+    modified: Option<SystemTime>,
+    len: u64,
+    scenario: Scenario,
+}
+
+static STATE: Mutex<Option<Loaded>> = Mutex::new(None);
+
+/// Loads or reloads the scenario; a broken file is reported once on stderr and leaves the last
+/// good scenario in force (an empty one at first).
+fn with_scenario<T>(f: impl FnOnce(&Scenario) -> T) -> T {
+    let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
+    let path = std::env::var_os(SCENARIO_ENV).map(PathBuf::from);
+    if let Some(path) = path {
+        let meta = std::fs::metadata(&path).ok();
+        let modified = meta.as_ref().and_then(|m| m.modified().ok());
+        let len = meta.as_ref().map_or(0, |m| m.len());
+        let stale = state
+            .as_ref()
+            .is_none_or(|l| l.path != path || l.modified != modified || l.len != len);
+        if stale {
+            let parsed = std::fs::read_to_string(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|t| serde_json::from_str::<Scenario>(&t).map_err(|e| e.to_string()));
+            match parsed {
+                Ok(scenario) => {
+                    *state = Some(Loaded {
+                        path,
+                        modified,
+                        len,
+                        scenario,
+                    })
+                }
+                Err(e) => {
+                    eprintln!("fake-nvml: scenario {}: {e}", path.display());
+                    if state.is_none() {
+                        *state = Some(Loaded {
+                            path,
+                            modified,
+                            len,
+                            scenario: Scenario::default(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    match state.as_ref() {
+        Some(l) => f(&l.scenario),
+        None => f(&Scenario::default()),
+    }
+}
+
+fn error_code(name: &str) -> nvmlReturn_t {
+    match name.trim_start_matches("NVML_ERROR_") {
+        "UNINITIALIZED" => nvmlReturn_enum_NVML_ERROR_UNINITIALIZED,
+        "INVALID_ARGUMENT" => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+        "NOT_SUPPORTED" => nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
+        "NO_PERMISSION" => nvmlReturn_enum_NVML_ERROR_NO_PERMISSION,
+        "NOT_FOUND" => nvmlReturn_enum_NVML_ERROR_NOT_FOUND,
+        "INSUFFICIENT_POWER" => nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_POWER,
+        "DRIVER_NOT_LOADED" => nvmlReturn_enum_NVML_ERROR_DRIVER_NOT_LOADED,
+        "TIMEOUT" => nvmlReturn_enum_NVML_ERROR_TIMEOUT,
+        "IRQ_ISSUE" => nvmlReturn_enum_NVML_ERROR_IRQ_ISSUE,
+        "LIBRARY_NOT_FOUND" => nvmlReturn_enum_NVML_ERROR_LIBRARY_NOT_FOUND,
+        "GPU_IS_LOST" => nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST,
+        "RESET_REQUIRED" => nvmlReturn_enum_NVML_ERROR_RESET_REQUIRED,
+        "NO_DATA" => nvmlReturn_enum_NVML_ERROR_NO_DATA,
+        "MEMORY" => nvmlReturn_enum_NVML_ERROR_MEMORY,
+        _ => nvmlReturn_enum_NVML_ERROR_UNKNOWN,
+    }
+}
+
+const OK: nvmlReturn_t = nvmlReturn_enum_NVML_SUCCESS;
+
+/// Runs a function with no device argument.
+fn global(func: &str, f: impl FnOnce(&Scenario) -> nvmlReturn_t) -> nvmlReturn_t {
+    with_scenario(|s| {
+        if let Some(ms) = s.delays_ms.get(func) {
+            std::thread::sleep(Duration::from_millis(*ms));
+        }
+        match s.errors.get(func) {
+            Some(e) => error_code(e),
+            None => f(s),
+        }
+    })
+}
+
+/// Runs a function on a device handle (handles are `index + 1`).
+fn device(func: &str, handle: nvmlDevice_t, f: impl FnOnce(&scenario::Device) -> nvmlReturn_t) -> nvmlReturn_t {
+    with_scenario(|s| {
+        let Some(d) = (handle as usize).checked_sub(1).and_then(|i| s.devices.get(i)) else {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+        };
+        if let Some(ms) = s.delays_ms.get(func) {
+            std::thread::sleep(Duration::from_millis(*ms));
+        }
+        if d.lost {
+            return nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST;
+        }
+        match d.errors.get(func).or_else(|| s.errors.get(func)) {
+            Some(e) => error_code(e),
+            None => f(d),
+        }
+    })
+}
+
+unsafe fn write_str(dst: *mut c_char, len: c_uint, s: &str) -> nvmlReturn_t {
+    if dst.is_null() {
+        return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+    }
+    let bytes = s.as_bytes();
+    if bytes.len() + 1 > len as usize {
+        return nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    std::ptr::copy_nonoverlapping(bytes.as_ptr().cast(), dst, bytes.len());
+    *dst.add(bytes.len()) = 0;
+    OK
+}
+
+unsafe fn put<T>(dst: *mut T, v: T) -> nvmlReturn_t {
+    if dst.is_null() {
+        return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+    }
+    *dst = v;
+    OK
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlInit_v2() -> nvmlReturn_t {
+    with_scenario(|s| s.init_error.as_deref().map_or(OK, error_code))
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlInitWithFlags(_flags: c_uint) -> nvmlReturn_t {
+    nvmlInit_v2()
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlShutdown() -> nvmlReturn_t {
+    OK
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlErrorString(result: nvmlReturn_t) -> *const c_char {
+    let s: &'static CStr = match result {
+        OK => c"Success",
+        nvmlReturn_enum_NVML_ERROR_NOT_FOUND => c"Not Found",
+        nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST => c"GPU is lost",
+        nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED => c"Not Supported",
+        _ => c"Unknown Error",
+    };
+    s.as_ptr()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetDriverVersion(version: *mut c_char, len: c_uint) -> nvmlReturn_t {
+    global("nvmlSystemGetDriverVersion", |s| write_str(version, len, &s.driver_version))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(version: *mut c_char, len: c_uint) -> nvmlReturn_t {
+    global("nvmlSystemGetNVMLVersion", |_| write_str(version, len, "13.580.159.04"))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> nvmlReturn_t {
+    global("nvmlDeviceGetCount_v2", |s| put(count, s.devices.len() as c_uint))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, handle: *mut nvmlDevice_t) -> nvmlReturn_t {
+    global("nvmlDeviceGetHandleByIndex_v2", |s| match s.devices.get(index as usize) {
+        None => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+        Some(d) if d.lost => nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST,
+        Some(_) => put(handle, (index as usize + 1) as nvmlDevice_t),
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetIndex(handle: nvmlDevice_t, index: *mut c_uint) -> nvmlReturn_t {
+    device("nvmlDeviceGetIndex", handle, |_| put(index, (handle as usize - 1) as c_uint))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetUUID(handle: nvmlDevice_t, uuid: *mut c_char, len: c_uint) -> nvmlReturn_t {
+    device("nvmlDeviceGetUUID", handle, |d| write_str(uuid, len, &d.uuid))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetName(handle: nvmlDevice_t, name: *mut c_char, len: c_uint) -> nvmlReturn_t {
+    device("nvmlDeviceGetName", handle, |d| write_str(name, len, &d.name))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(handle: nvmlDevice_t, u: *mut nvmlUtilization_t) -> nvmlReturn_t {
+    device("nvmlDeviceGetUtilizationRates", handle, |d| {
+        put(
+            u,
+            nvmlUtilization_t {
+                gpu: d.utilization_gpu,
+                memory: d.utilization_memory,
+            },
+        )
+    })
+}
+
+fn memory_used(d: &scenario::Device) -> u64 {
+    d.memory_used_bytes
+        .unwrap_or_else(|| (512 << 20) + d.processes.iter().filter_map(|p| p.used_memory_bytes).sum::<u64>())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(handle: nvmlDevice_t, m: *mut nvmlMemory_v2_t) -> nvmlReturn_t {
+    device("nvmlDeviceGetMemoryInfo_v2", handle, |d| {
+        if m.is_null() {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+        }
+        let used = memory_used(d).min(d.memory_total_bytes);
+        let version = (*m).version;
+        *m = nvmlMemory_v2_t {
+            version,
+            total: d.memory_total_bytes,
+            reserved: 0,
+            free: d.memory_total_bytes - used,
+            used,
+        };
+        OK
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(handle: nvmlDevice_t, m: *mut nvmlMemory_t) -> nvmlReturn_t {
+    device("nvmlDeviceGetMemoryInfo", handle, |d| {
+        let used = memory_used(d).min(d.memory_total_bytes);
+        put(
+            m,
+            nvmlMemory_t {
+                total: d.memory_total_bytes,
+                free: d.memory_total_bytes - used,
+                used,
+            },
+        )
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetTemperature(handle: nvmlDevice_t, _sensor: c_uint, t: *mut c_uint) -> nvmlReturn_t {
+    device("nvmlDeviceGetTemperature", handle, |d| put(t, d.temperature))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(handle: nvmlDevice_t, p: *mut c_uint) -> nvmlReturn_t {
+    device("nvmlDeviceGetPowerUsage", handle, |d| put(p, d.power_mw))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetEnforcedPowerLimit(handle: nvmlDevice_t, p: *mut c_uint) -> nvmlReturn_t {
+    device("nvmlDeviceGetEnforcedPowerLimit", handle, |d| put(p, d.power_limit_mw))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPowerManagementLimit(handle: nvmlDevice_t, p: *mut c_uint) -> nvmlReturn_t {
+    device("nvmlDeviceGetPowerManagementLimit", handle, |d| put(p, d.power_limit_mw))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetClockInfo(handle: nvmlDevice_t, _clock: c_uint, c: *mut c_uint) -> nvmlReturn_t {
+    device("nvmlDeviceGetClockInfo", handle, |d| put(c, d.sm_clock_mhz))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksThrottleReasons(handle: nvmlDevice_t, r: *mut c_ulonglong) -> nvmlReturn_t {
+    device("nvmlDeviceGetCurrentClocksThrottleReasons", handle, |d| put(r, d.clocks_event_reasons))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksEventReasons(handle: nvmlDevice_t, r: *mut c_ulonglong) -> nvmlReturn_t {
+    device("nvmlDeviceGetCurrentClocksEventReasons", handle, |d| put(r, d.clocks_event_reasons))
+}
+
+/// The NVML list contract: with too small a buffer (or none), set `count` to the size needed
+/// and return INSUFFICIENT_SIZE (SUCCESS when the list is empty).
+unsafe fn fill<T>(items: &[T], count: *mut c_uint, out: *mut T) -> nvmlReturn_t
+where
+    T: Copy,
+{
+    if count.is_null() {
+        return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+    }
+    let cap = *count as usize;
+    *count = items.len() as c_uint;
+    if items.is_empty() {
+        return OK;
+    }
+    if out.is_null() || cap < items.len() {
+        return nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    std::ptr::copy_nonoverlapping(items.as_ptr(), out, items.len());
+    OK
+}
+
+unsafe fn running(d: &scenario::Device, graphics: bool, count: *mut c_uint, out: *mut nvmlProcessInfo_t) -> nvmlReturn_t {
+    let items: Vec<nvmlProcessInfo_t> = d
+        .processes
+        .iter()
+        .filter(|p| p.kind == Kind::Both || (p.kind == Kind::Graphics) == graphics)
+        .map(|p| nvmlProcessInfo_t {
+            pid: p.pid,
+            usedGpuMemory: p.used_memory_bytes.unwrap_or(u64::MAX),
+            gpuInstanceId: u32::MAX,
+            computeInstanceId: u32::MAX,
+        })
+        .collect();
+    fill(&items, count, out)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
+    handle: nvmlDevice_t,
+    count: *mut c_uint,
+    out: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
+    device("nvmlDeviceGetComputeRunningProcesses_v3", handle, |d| running(d, false, count, out))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v3(
+    handle: nvmlDevice_t,
+    count: *mut c_uint,
+    out: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
+    device("nvmlDeviceGetGraphicsRunningProcesses_v3", handle, |d| running(d, true, count, out))
+}
+
+/// How much sample history the fake driver keeps (real drivers keep a few seconds).
+const SAMPLE_HISTORY: Duration = Duration::from_secs(10);
+
+/// Samples of one device newer than `last_seen` (µs since the epoch), one per process per
+/// `sample_period_ms`, on a grid aligned to the period.
+pub fn samples_since(d: &scenario::Device, last_seen: u64, now_us: u64) -> Vec<nvmlProcessUtilizationSample_t> {
+    let oldest = now_us.saturating_sub(SAMPLE_HISTORY.as_micros() as u64);
+    let mut out = Vec::new();
+    for p in &d.processes {
+        let Some(sm) = p.sm_util else { continue };
+        let period = p.sample_period_ms.max(1) * 1000;
+        let mut ts = now_us - now_us % period;
+        while ts > last_seen && ts >= oldest {
+            out.push(nvmlProcessUtilizationSample_t {
+                pid: p.pid,
+                timeStamp: ts,
+                smUtil: sm,
+                memUtil: p.mem_util,
+                encUtil: 0,
+                decUtil: 0,
+            });
+            ts = match ts.checked_sub(period) {
+                Some(t) => t,
+                None => break,
+            };
+        }
+    }
+    out
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
+    handle: nvmlDevice_t,
+    out: *mut nvmlProcessUtilizationSample_t,
+    count: *mut c_uint,
+    last_seen: c_ulonglong,
+) -> nvmlReturn_t {
+    device("nvmlDeviceGetProcessUtilization", handle, |d| {
+        let now_us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |t| t.as_micros() as u64);
+        let samples = samples_since(d, last_seen, now_us);
+        if samples.is_empty() {
+            if !count.is_null() {
+                *count = 0;
+            }
+            // As the real driver does: no samples since last_seen is NOT_FOUND.
+            return nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
+        }
+        fill(&samples, count, out)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_follow_the_period_and_last_seen() {
+        let d = scenario::Device {
+            processes: vec![
+                scenario::Process {
+                    pid: 1,
+                    sm_util: Some(50),
+                    sample_period_ms: 200,
+                    ..Default::default()
+                },
+                scenario::Process {
+                    pid: 2,
+                    sm_util: None,
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let now = 1_000_000_000_000u64;
+        let s = samples_since(&d, now - 1_000_000, now);
+        assert_eq!(s.len(), 5, "1 s at 200 ms");
+        assert!(s.iter().all(|x| x.pid == 1 && x.smUtil == 50));
+        assert!(samples_since(&d, now, now).is_empty());
+        assert_eq!(samples_since(&d, 0, now).len(), 50, "history is bounded");
+    }
+
+    #[test]
+    fn fill_follows_the_sizing_contract() {
+        let items = [1u32, 2, 3];
+        let mut count: c_uint = 0;
+        assert_eq!(
+            unsafe { fill(&items, &mut count, std::ptr::null_mut()) },
+            nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE
+        );
+        assert_eq!(count, 3);
+        let mut buf = [0u32; 4];
+        count = 4;
+        assert_eq!(unsafe { fill(&items, &mut count, buf.as_mut_ptr()) }, OK);
+        assert_eq!((count, &buf[..3]), (3, &items[..]));
+        let mut count: c_uint = 0;
+        assert_eq!(unsafe { fill::<u32>(&[], &mut count, std::ptr::null_mut()) }, OK);
+    }
+}

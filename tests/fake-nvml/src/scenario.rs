@@ -1,0 +1,112 @@
+//! The scenario file: what the fake GPUs report. Documented in `tests/fake-nvml/README.md`.
+use serde::Deserialize;
+use std::collections::HashMap;
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    #[serde(default = "default_driver")]
+    pub driver_version: String,
+    /// Make `nvmlInit*` fail with this error (e.g. `"DRIVER_NOT_LOADED"`).
+    #[serde(default)]
+    pub init_error: Option<String>,
+    /// Errors for functions that take no device (e.g. `nvmlDeviceGetCount_v2`), by function name.
+    #[serde(default)]
+    pub errors: HashMap<String, String>,
+    /// Milliseconds to sleep in a function before answering, by function name (every device).
+    #[serde(default)]
+    pub delays_ms: HashMap<String, u64>,
+    #[serde(default)]
+    pub devices: Vec<Device>,
+}
+
+fn default_driver() -> String {
+    "580.159.04".to_owned()
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Device {
+    pub uuid: String,
+    #[serde(default = "default_name")]
+    pub name: String,
+    #[serde(default = "default_total")]
+    pub memory_total_bytes: u64,
+    /// Defaults to the sum of the processes' memory plus 512 MiB of driver reservation.
+    #[serde(default)]
+    pub memory_used_bytes: Option<u64>,
+    #[serde(default)]
+    pub utilization_gpu: u32,
+    #[serde(default)]
+    pub utilization_memory: u32,
+    #[serde(default = "default_temp")]
+    pub temperature: u32,
+    #[serde(default = "default_power")]
+    pub power_mw: u32,
+    #[serde(default = "default_power_limit")]
+    pub power_limit_mw: u32,
+    #[serde(default = "default_clock")]
+    pub sm_clock_mhz: u32,
+    /// Raw `nvmlClocksEventReasons` bits (e.g. 4 = SW power cap).
+    #[serde(default)]
+    pub clocks_event_reasons: u64,
+    /// Every call on this device returns GPU_IS_LOST.
+    #[serde(default)]
+    pub lost: bool,
+    /// Errors by function name for this device (`"NOT_SUPPORTED"`, `"GPU_IS_LOST"`, ...).
+    #[serde(default)]
+    pub errors: HashMap<String, String>,
+    #[serde(default)]
+    pub processes: Vec<Process>,
+}
+
+fn default_name() -> String {
+    "Fake NVIDIA H200".to_owned()
+}
+fn default_total() -> u64 {
+    150_754_820_096
+}
+fn default_temp() -> u32 {
+    40
+}
+fn default_power() -> u32 {
+    120_000
+}
+fn default_power_limit() -> u32 {
+    700_000
+}
+fn default_clock() -> u32 {
+    1_980
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    #[default]
+    Compute,
+    Graphics,
+    Both,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Process {
+    pub pid: u32,
+    #[serde(default)]
+    pub kind: Kind,
+    /// `null` reports NVML_VALUE_NOT_AVAILABLE.
+    #[serde(default)]
+    pub used_memory_bytes: Option<u64>,
+    /// SM utilisation of this process's samples; no samples at all when absent (idle process).
+    #[serde(default)]
+    pub sm_util: Option<u32>,
+    #[serde(default)]
+    pub mem_util: u32,
+    /// One sample every this many milliseconds (real drivers: about 200 ms to 1 s).
+    #[serde(default = "default_period")]
+    pub sample_period_ms: u64,
+}
+
+fn default_period() -> u64 {
+    200
+}

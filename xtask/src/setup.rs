@@ -1,0 +1,188 @@
+//! `cargo xtask setup`: each step checks first and acts only when needed.
+use anyhow::{bail, Context, Result};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// bpf-linker release known to build here against the nightly toolchain's LLVM 22.
+const BPF_LINKER_VERSION: &str = "0.13.0";
+const DOCKER_SOCKET: &str = "/var/run/docker.sock";
+
+pub fn run() -> Result<()> {
+    rust_src()?;
+    bpf_linker()?;
+    debian_packages()?;
+    dockerd()?;
+    tracefs()?;
+    say("ready");
+    Ok(())
+}
+
+fn say(msg: &str) {
+    eprintln!("[setup] {msg}");
+}
+
+fn is_root() -> bool {
+    // SAFETY: no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn output(cmd: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new(cmd).args(args).stderr(Stdio::null()).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn run_cmd(cmd: &mut Command, what: &str) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("{what}: cannot start {cmd:?}"))?;
+    if !status.success() {
+        bail!("{what} failed ({status}): {cmd:?}");
+    }
+    Ok(())
+}
+
+fn rust_src() -> Result<()> {
+    let installed = output("rustup", &["component", "list", "--toolchain", "nightly", "--installed"]);
+    if installed.as_deref().is_some_and(|s| s.lines().any(|l| l.starts_with("rust-src"))) {
+        say("nightly rust-src: present");
+        return Ok(());
+    }
+    say("installing the nightly toolchain's rust-src (eBPF programs build core from source)");
+    run_cmd(
+        Command::new("rustup").args(["toolchain", "install", "nightly", "--profile", "minimal", "--component", "rust-src"]),
+        "installing nightly rust-src",
+    )
+}
+
+fn bpf_linker() -> Result<()> {
+    if let Some(v) = output("bpf-linker", &["--version"]) {
+        if v.contains(BPF_LINKER_VERSION) {
+            say(&format!("bpf-linker {BPF_LINKER_VERSION}: present"));
+            return Ok(());
+        }
+    }
+    say(&format!(
+        "building bpf-linker {BPF_LINKER_VERSION} against the nightly toolchain's LLVM (about a minute)"
+    ));
+    let sysroot = output("rustc", &["+nightly", "--print", "sysroot"]).context("rustc +nightly --print sysroot")?;
+    let lib = Path::new(sysroot.trim()).join("lib");
+    let llvm = std::fs::read_dir(&lib)
+        .with_context(|| format!("listing {}", lib.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libLLVM.so")))
+        .with_context(|| format!("no libLLVM.so in {}: is the nightly toolchain complete?", lib.display()))?;
+    let link_dir = std::env::temp_dir().join("gpuwatch-llvm-link");
+    std::fs::create_dir_all(&link_dir)?;
+    let link = link_dir.join("libLLVM.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&llvm, &link).with_context(|| format!("linking {}", link.display()))?;
+    let major = llvm
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix("libLLVM.so."))
+        .and_then(|v| v.split(['.', '-']).next())
+        .context("cannot read LLVM's major version from its file name")?
+        .to_owned();
+    let rustflags = format!("-L {} -C link-arg=-Wl,-rpath,{}", link_dir.display(), lib.display());
+    run_cmd(
+        Command::new("cargo")
+            .args([
+                "install",
+                "bpf-linker",
+                "--version",
+                BPF_LINKER_VERSION,
+                "--no-default-features",
+                "--features",
+                &format!("llvm-{major}"),
+            ])
+            .env("RUSTFLAGS", rustflags),
+        "building bpf-linker",
+    )
+}
+
+fn debian_packages() -> Result<()> {
+    // dockerd for the end-to-end tests; busybox-static for the offline test image.
+    let wanted = [("dockerd", "docker.io"), ("busybox", "busybox-static")];
+    let missing: Vec<&str> = wanted
+        .iter()
+        .filter(|(bin, _)| output("sh", &["-c", &format!("command -v {bin}")]).is_none())
+        .map(|(_, pkg)| *pkg)
+        .collect();
+    if missing.is_empty() {
+        say("docker.io, busybox-static: present");
+        return Ok(());
+    }
+    if !is_root() {
+        bail!("installing {} needs root (apt-get); run `sudo cargo xtask setup`", missing.join(", "));
+    }
+    say(&format!("installing {} with apt-get", missing.join(", ")));
+    run_cmd(Command::new("apt-get").args(["update", "-q"]), "apt-get update")?;
+    run_cmd(
+        Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+        "apt-get install",
+    )
+}
+
+fn docker_answers() -> bool {
+    Command::new("docker")
+        .args(["-H", &format!("unix://{DOCKER_SOCKET}"), "version", "--format", "{{.Server.Version}}"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn dockerd() -> Result<()> {
+    if docker_answers() {
+        say("dockerd: running");
+        return Ok(());
+    }
+    if !is_root() {
+        bail!("dockerd is not running and starting it needs root; run `sudo cargo xtask setup`");
+    }
+    let log = Path::new("/var/log/gpuwatch-dockerd.log");
+    say(&format!("starting dockerd (log: {})", log.display()));
+    let file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    // setsid: dockerd outlives this command, as a service would.
+    Command::new("setsid")
+        .args(["dockerd", "--host", &format!("unix://{DOCKER_SOCKET}")])
+        .stdin(Stdio::null())
+        .stdout(file.try_clone()?)
+        .stderr(file)
+        .spawn()
+        .context("starting dockerd")?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if docker_answers() {
+            say("dockerd: running");
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let tail = std::fs::read_to_string(log).unwrap_or_default();
+    let tail: Vec<&str> = tail.lines().rev().take(15).collect();
+    bail!(
+        "dockerd did not answer within 60 s; last lines of {}:\n{}",
+        log.display(),
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    )
+}
+
+fn tracefs() -> Result<()> {
+    let dir = Path::new("/sys/kernel/tracing");
+    if dir.join("events").is_dir() {
+        say("tracefs: mounted");
+        return Ok(());
+    }
+    if !is_root() {
+        bail!("tracefs is not mounted and mounting it needs root: `sudo mount -t tracefs nodev /sys/kernel/tracing`");
+    }
+    say("mounting tracefs at /sys/kernel/tracing");
+    run_cmd(
+        Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]),
+        "mounting tracefs",
+    )
+}
