@@ -12,7 +12,8 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use monitor_common::{
-    probe_stat, SchedCounts, TaskKey, SCHED_MAP_ENTRIES, TASK_UNINTERRUPTIBLE, WATCHED_CGROUP_ENTRIES,
+    probe_stat, SchedCounts, TaskKey, SCHED_MAP_ENTRIES, TASK_UNINTERRUPTIBLE,
+    WATCHED_CGROUP_ENTRIES,
 };
 
 /// Offset of `prev_state` in `sched/sched_switch`'s record, read by userspace from the

@@ -37,9 +37,16 @@ impl Agent {
                 .enable_all()
                 .build()?;
             let c = Arc::new(DockerCache::default());
-            rt.spawn(docker::run(dc.clone(), c.clone(), events.clone(), shutdown_rx));
+            rt.spawn(docker::run(
+                dc.clone(),
+                c.clone(),
+                events.clone(),
+                shutdown_rx,
+            ));
             if !c.wait_attempted(docker_wait) {
-                tracing::warn!("Docker did not answer within {docker_wait:?}; containers may be missing names");
+                tracing::warn!(
+                    "Docker did not answer within {docker_wait:?}; containers may be missing names"
+                );
             }
             let status = c.status();
             if !status.up {

@@ -77,9 +77,13 @@ impl ProcessTable {
     /// Resolves one PID, reading `/proc` only when the cache cannot vouch for it.
     pub fn resolve(&mut self, pid: u32) -> Result<&ProcessInfo, AttributionError> {
         let round = self.round;
+        let proc_root = &self.proc_root;
         let fresh = self.entries.get(&pid).is_some_and(|e| {
-            // present in the previous round (or already this one) and read recently
-            e.seen_round + 1 >= round && round - e.read_round < self.revalidate_after
+            // present in the previous round (or already this one), read recently, and still
+            // alive (one stat: an exit between rounds must not be served from the cache)
+            e.seen_round + 1 >= round
+                && round - e.read_round < self.revalidate_after
+                && proc_root.join(pid.to_string()).exists()
         });
         if !fresh {
             self.proc_reads += 1;
@@ -124,7 +128,10 @@ impl ProcessTable {
 
 fn io_error(path: &Path, pid: u32, source: std::io::Error) -> AttributionError {
     // ENOENT: gone before we looked; ESRCH: gone while we read.
-    if matches!(source.raw_os_error(), Some(libc::ENOENT) | Some(libc::ESRCH)) {
+    if matches!(
+        source.raw_os_error(),
+        Some(libc::ENOENT) | Some(libc::ESRCH)
+    ) {
         AttributionError::Vanished { pid }
     } else {
         AttributionError::Read {
@@ -140,9 +147,10 @@ pub fn read_process(proc_root: &Path, pid: u32) -> Result<ProcessInfo, Attributi
     let stat_path = dir.join("stat");
     let stat = std::fs::read_to_string(&stat_path).map_err(|e| io_error(&stat_path, pid, e))?;
     let (name, start_time) =
-        parse_stat(&stat).ok_or_else(|| AttributionError::MalformedStat { path: stat_path })?;
+        parse_stat(&stat).ok_or(AttributionError::MalformedStat { path: stat_path })?;
     let cgroup_path = dir.join("cgroup");
-    let cgroup = std::fs::read_to_string(&cgroup_path).map_err(|e| io_error(&cgroup_path, pid, e))?;
+    let cgroup =
+        std::fs::read_to_string(&cgroup_path).map_err(|e| io_error(&cgroup_path, pid, e))?;
     let membership = CgroupMembership::parse(&cgroup);
     let workload = classify(membership.identity_path());
     Ok(ProcessInfo {
@@ -171,7 +179,10 @@ mod tests {
     #[test]
     fn parses_stat_with_awkward_names() {
         let line = "1234 (python3 (worker) x) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 3 0 987654 1000 200 18446744073709551615";
-        assert_eq!(parse_stat(line), Some(("python3 (worker) x".to_owned(), 987654)));
+        assert_eq!(
+            parse_stat(line),
+            Some(("python3 (worker) x".to_owned(), 987654))
+        );
         assert_eq!(parse_stat("garbage"), None);
     }
 
@@ -189,7 +200,12 @@ mod tests {
     #[test]
     fn caches_until_the_pid_leaves_and_detects_reuse() {
         let root = tempfile::tempdir().unwrap();
-        fake_proc(root.path(), 10, 100, "0::/docker/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n");
+        fake_proc(
+            root.path(),
+            10,
+            100,
+            "0::/docker/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
+        );
         let mut t = ProcessTable::new(root.path(), 1000);
         t.begin_round();
         assert_eq!(t.resolve(10).unwrap().key.start_time, 100);
@@ -197,7 +213,10 @@ mod tests {
         t.begin_round();
         t.resolve(10).unwrap();
         t.end_round();
-        assert_eq!(t.proc_reads, 1, "a PID present in consecutive rounds is read once");
+        assert_eq!(
+            t.proc_reads, 1,
+            "a PID present in consecutive rounds is read once"
+        );
 
         // The PID leaves for a round, then a new process reuses it in another cgroup.
         t.begin_round();
@@ -215,7 +234,10 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let mut t = ProcessTable::new(root.path(), 10);
         t.begin_round();
-        assert!(matches!(t.resolve(4242), Err(AttributionError::Vanished { pid: 4242 })));
+        assert!(matches!(
+            t.resolve(4242),
+            Err(AttributionError::Vanished { pid: 4242 })
+        ));
         assert!(t.is_empty());
     }
 
@@ -230,6 +252,22 @@ mod tests {
             t.end_round();
         }
         assert_eq!(t.proc_reads, 2, "read at rounds 1 and 4");
+    }
+
+    #[test]
+    fn a_cached_pid_that_exits_is_vanished() {
+        let root = tempfile::tempdir().unwrap();
+        fake_proc(root.path(), 8, 1, "0::/a\n");
+        let mut t = ProcessTable::new(root.path(), 100);
+        t.begin_round();
+        t.resolve(8).unwrap();
+        t.end_round();
+        std::fs::remove_dir_all(root.path().join("8")).unwrap();
+        t.begin_round();
+        assert!(matches!(
+            t.resolve(8),
+            Err(AttributionError::Vanished { pid: 8 })
+        ));
     }
 
     #[test]

@@ -7,7 +7,8 @@ pub const CAP_BPF: u32 = 39;
 /// Effective capability set of this process, from `/proc/self/status`.
 pub fn effective() -> std::io::Result<u64> {
     let status = std::fs::read_to_string("/proc/self/status")?;
-    parse_cap_eff(&status).ok_or_else(|| std::io::Error::other("no CapEff line in /proc/self/status"))
+    parse_cap_eff(&status)
+        .ok_or_else(|| std::io::Error::other("no CapEff line in /proc/self/status"))
 }
 
 pub fn parse_cap_eff(status: &str) -> Option<u64> {
@@ -44,6 +45,9 @@ mod tests {
         assert!(missing_for_tracing((1 << CAP_BPF) | (1 << CAP_PERFMON)).is_empty());
         assert_eq!(missing_for_tracing(1 << CAP_BPF), vec!["CAP_PERFMON"]);
         assert_eq!(missing_for_tracing(0), vec!["CAP_BPF", "CAP_PERFMON"]);
-        assert_eq!(parse_cap_eff("Name:\tx\nCapEff:\t000001ffffffffff\n"), Some(0x1ff_ffff_ffff));
+        assert_eq!(
+            parse_cap_eff("Name:\tx\nCapEff:\t000001ffffffffff\n"),
+            Some(0x1ff_ffff_ffff)
+        );
     }
 }

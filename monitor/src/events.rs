@@ -45,7 +45,10 @@ pub struct EventCounters {
 impl Default for EventCounters {
     fn default() -> Self {
         Self {
-            counts: InternalEvent::ALL.iter().map(|_| AtomicU64::new(0)).collect(),
+            counts: InternalEvent::ALL
+                .iter()
+                .map(|_| AtomicU64::new(0))
+                .collect(),
         }
     }
 }

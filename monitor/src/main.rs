@@ -11,7 +11,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Parser)]
-#[command(name = "gpuwatch", version, about = "Which container uses which GPU, how much, and why it idles")]
+#[command(
+    name = "gpuwatch",
+    version,
+    about = "Which container uses which GPU, how much, and why it idles"
+)]
 struct Cli {
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
@@ -45,7 +49,11 @@ struct SourceArgs {
     #[arg(long)]
     no_nvml: bool,
     /// Docker daemon socket.
-    #[arg(long, env = "GPUWATCH_DOCKER_SOCKET", default_value = "/var/run/docker.sock")]
+    #[arg(
+        long,
+        env = "GPUWATCH_DOCKER_SOCKET",
+        default_value = "/var/run/docker.sock"
+    )]
     docker_socket: PathBuf,
     /// Do not use Docker (identities from cgroups only).
     #[arg(long)]
@@ -98,7 +106,8 @@ fn main() -> Result<()> {
 }
 
 fn init_logging(format: LogFormat, filter: &str) -> Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter).with_context(|| format!("invalid --log filter {filter:?}"))?;
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .with_context(|| format!("invalid --log filter {filter:?}"))?;
     use std::io::IsTerminal;
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
@@ -113,7 +122,8 @@ fn init_logging(format: LogFormat, filter: &str) -> Result<()> {
 }
 
 fn snapshot(args: &SnapshotArgs) -> Result<()> {
-    let mut agent = Agent::start(&args.sources.agent_config(), Duration::from_secs(3)).context("starting the agent")?;
+    let mut agent = Agent::start(&args.sources.agent_config(), Duration::from_secs(3))
+        .context("starting the agent")?;
     // The first round is the baseline; the second covers the window.
     agent.sampler.round();
     std::thread::sleep(args.window);

@@ -8,8 +8,8 @@ use crate::cgroup::stats::CgroupStatsPaths;
 use crate::cgroup::{classify, CgroupLayout, CgroupMembership, WorkloadId, WorkloadKind};
 use crate::events::{EventCounters, InternalEvent};
 use crate::snapshot::{
-    ContainerMeta, CpuUsage, Gpu, GpuProcess, HostInfo, MemoryUsage, SchedActivity, Snapshot, SourceState, Sources,
-    Workload, WorkloadGpu, WorkloadGpuShare, SCHEMA_VERSION,
+    ContainerMeta, CpuUsage, Gpu, GpuProcess, HostInfo, MemoryUsage, SchedActivity, Snapshot,
+    SourceState, Sources, Workload, WorkloadGpu, WorkloadGpuShare, SCHEMA_VERSION,
 };
 use crate::sources::docker::{ContainerInfo, DockerCache};
 use crate::sources::gpu::{GpuSource, GpuSourceConfig};
@@ -76,9 +76,15 @@ pub struct Sampler {
 
 impl Sampler {
     /// Opens the sources. None of them failing stops the sampler: each is reported as down.
-    pub fn new(config: &SamplerConfig, docker: Option<Arc<DockerCache>>, events: Arc<EventCounters>) -> Self {
+    pub fn new(
+        config: &SamplerConfig,
+        docker: Option<Arc<DockerCache>>,
+        events: Arc<EventCounters>,
+    ) -> Self {
         let layout = CgroupLayout::detect().unwrap_or_else(|e| {
-            tracing::warn!("cannot detect the cgroup layout ({e}); treating every process as the host");
+            tracing::warn!(
+                "cannot detect the cgroup layout ({e}); treating every process as the host"
+            );
             CgroupLayout::from_mountinfo("")
         });
         let gpu = match &config.gpu {
@@ -124,7 +130,9 @@ impl Sampler {
     pub fn round(&mut self) -> Snapshot {
         let started = Instant::now();
         let taken_at = time::OffsetDateTime::now_utc();
-        let window_seconds = self.previous_at.map(|p| started.duration_since(p).as_secs_f64());
+        let window_seconds = self
+            .previous_at
+            .map(|p| started.duration_since(p).as_secs_f64());
 
         // 1. GPUs and their processes, attributed.
         let readings = match &mut self.gpu {
@@ -142,7 +150,8 @@ impl Sampler {
                     match self.processes.resolve(pid) {
                         Ok(info) => {
                             if !self.cgroups.contains_key(&info.workload) {
-                                new_memberships.push((info.workload.clone(), info.membership.clone()));
+                                new_memberships
+                                    .push((info.workload.clone(), info.membership.clone()));
                             }
                             GpuProcess {
                                 reading,
@@ -159,7 +168,8 @@ impl Sampler {
                             } else {
                                 InternalEvent::ProcReadFailed
                             };
-                            self.events.emit(event, format_args!("GPU {}: {e}", device.index));
+                            self.events
+                                .emit(event, format_args!("GPU {}: {e}", device.index));
                             GpuProcess {
                                 reading,
                                 start_time_ticks: None,
@@ -187,12 +197,20 @@ impl Sampler {
                 if status.up {
                     SourceState::up()
                 } else {
-                    SourceState::down(status.error.unwrap_or_else(|| "not connected yet".to_owned()))
+                    SourceState::down(
+                        status
+                            .error
+                            .unwrap_or_else(|| "not connected yet".to_owned()),
+                    )
                 }
             }
         };
         // While Docker is away the cache keeps the last known containers (names stay right).
-        let containers: Vec<Arc<ContainerInfo>> = self.docker.as_ref().map(|c| c.containers()).unwrap_or_default();
+        let containers: Vec<Arc<ContainerInfo>> = self
+            .docker
+            .as_ref()
+            .map(|c| c.containers())
+            .unwrap_or_default();
         for c in &containers {
             let id = WorkloadId {
                 kind: WorkloadKind::Docker,
@@ -218,7 +236,9 @@ impl Sampler {
                     let membership = membership_for_path(&self.layout, &path);
                     self.remember_cgroup(id.clone(), &membership);
                 }
-                workloads.entry(id.clone()).or_insert_with(|| new_workload(id, None));
+                workloads
+                    .entry(id.clone())
+                    .or_insert_with(|| new_workload(id, None));
             }
         }
         for gpu in &gpus {
@@ -243,7 +263,9 @@ impl Sampler {
                     Ok(paths) => match paths.read() {
                         Ok(u) => {
                             let cores = match (prev.cpu_seconds, window) {
-                                (Some(p), Some(win)) => Some(((u.cpu_usage_seconds_total - p) / win).max(0.0)),
+                                (Some(p), Some(win)) => {
+                                    Some(((u.cpu_usage_seconds_total - p) / win).max(0.0))
+                                }
                                 _ => None,
                             };
                             w.cpu = Some(CpuUsage {
@@ -257,7 +279,8 @@ impl Sampler {
                             now.cpu_seconds = Some(u.cpu_usage_seconds_total);
                         }
                         Err(e) => {
-                            self.events.emit(InternalEvent::CgroupStatsFailed, format_args!("{id}: {e}"));
+                            self.events
+                                .emit(InternalEvent::CgroupStatsFailed, format_args!("{id}: {e}"));
                             w.errors.insert("cgroup", e.to_string());
                         }
                     },
@@ -283,7 +306,10 @@ impl Sampler {
                     now.sched = Some(total);
                 }
             } else {
-                w.errors.insert("cgroup", "no member process to locate the cgroup".to_owned());
+                w.errors.insert(
+                    "cgroup",
+                    "no member process to locate the cgroup".to_owned(),
+                );
             }
             self.previous.insert(id.clone(), now);
         }
@@ -327,11 +353,21 @@ impl Sampler {
             .unified_dir(&self.layout)
             .and_then(|d| std::fs::metadata(d).ok())
             .map(|m| m.ino());
-        self.cgroups.insert(id, WorkloadCgroup { path, stats, cgroup_id });
+        self.cgroups.insert(
+            id,
+            WorkloadCgroup {
+                path,
+                stats,
+                cgroup_id,
+            },
+        );
     }
 
     /// Points the kernel filter at this round's workloads and reads the counters by cgroup id.
-    fn read_probe(&mut self, workloads: &BTreeMap<WorkloadId, Workload>) -> Option<HashMap<u64, SchedCounts>> {
+    fn read_probe(
+        &mut self,
+        workloads: &BTreeMap<WorkloadId, Workload>,
+    ) -> Option<HashMap<u64, SchedCounts>> {
         let probe = self.probe.as_mut().ok()?;
         let ids: HashSet<u64> = workloads
             .keys()
@@ -362,7 +398,9 @@ impl Sampler {
 }
 
 fn read_trimmed(path: &str) -> String {
-    std::fs::read_to_string(path).map(|s| s.trim().to_owned()).unwrap_or_default()
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
 }
 
 fn new_workload(id: WorkloadId, container: Option<&Arc<ContainerInfo>>) -> Workload {
@@ -397,7 +435,11 @@ fn add_gpu_share(w: &mut WorkloadGpu, gpu: &Gpu, p: &GpuProcess) {
     let mem = p.reading.used_memory_bytes.unwrap_or(0);
     w.memory_bytes += mem;
     w.processes += 1;
-    let share = match w.per_gpu.iter_mut().position(|s| s.index == gpu.device.index) {
+    let share = match w
+        .per_gpu
+        .iter_mut()
+        .position(|s| s.index == gpu.device.index)
+    {
         Some(i) => &mut w.per_gpu[i],
         None => {
             w.per_gpu.push(WorkloadGpuShare {
@@ -420,14 +462,18 @@ fn add_gpu_share(w: &mut WorkloadGpu, gpu: &Gpu, p: &GpuProcess) {
 /// Docker containers visible in the cgroup tree (cgroupfs `/docker/<id>` and systemd
 /// `/system.slice/docker-<id>.scope`), for when the daemon cannot be asked.
 fn discover_docker_cgroups(layout: &CgroupLayout) -> Vec<(WorkloadId, String)> {
-    let root = layout
-        .unified
-        .clone()
-        .or_else(|| layout.v1_mount("name=systemd").or_else(|| layout.v1_mount("cpu")).map(|h| h.mount_point.clone()));
+    let root = layout.unified.clone().or_else(|| {
+        layout
+            .v1_mount("name=systemd")
+            .or_else(|| layout.v1_mount("cpu"))
+            .map(|h| h.mount_point.clone())
+    });
     let Some(root) = root else { return Vec::new() };
     let mut found = Vec::new();
     for parent in ["docker", "system.slice"] {
-        let Ok(dir) = std::fs::read_dir(root.join(parent)) else { continue };
+        let Ok(dir) = std::fs::read_dir(root.join(parent)) else {
+            continue;
+        };
         for entry in dir.flatten() {
             if !entry.file_type().is_ok_and(|t| t.is_dir()) {
                 continue;

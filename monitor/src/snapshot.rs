@@ -55,7 +55,10 @@ pub struct SourceState {
 
 impl SourceState {
     pub fn up() -> Self {
-        Self { up: true, detail: None }
+        Self {
+            up: true,
+            detail: None,
+        }
     }
 
     pub fn down(detail: impl Into<String>) -> Self {

@@ -39,7 +39,13 @@ pub fn ensure_mounted() -> Result<PathBuf, TracefsError> {
     let (source, dir, fstype) = (c("nodev"), c(CANDIDATES[0]), c("tracefs"));
     // SAFETY: valid NUL-terminated strings; no data argument.
     let rc = unsafe {
-        libc::mount(source.as_ptr(), dir.as_ptr(), fstype.as_ptr(), 0, std::ptr::null())
+        libc::mount(
+            source.as_ptr(),
+            dir.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
     };
     if rc != 0 {
         return Err(TracefsError::NotMounted(std::io::Error::last_os_error()));
@@ -49,8 +55,17 @@ pub fn ensure_mounted() -> Result<PathBuf, TracefsError> {
 }
 
 /// Reads `field`'s offset and size from `<tracefs>/events/<category>/<event>/format`.
-pub fn field_layout(tracefs: &Path, category: &str, event: &str, field: &str) -> Result<FieldLayout, TracefsError> {
-    let path = tracefs.join("events").join(category).join(event).join("format");
+pub fn field_layout(
+    tracefs: &Path,
+    category: &str,
+    event: &str,
+    field: &str,
+) -> Result<FieldLayout, TracefsError> {
+    let path = tracefs
+        .join("events")
+        .join(category)
+        .join(event)
+        .join("format");
     let text = std::fs::read_to_string(&path).map_err(|source| TracefsError::Read {
         path: path.clone(),
         source,
@@ -110,8 +125,20 @@ format:
 
     #[test]
     fn finds_fields() {
-        assert_eq!(parse_field(SCHED_SWITCH, "prev_state"), Some(FieldLayout { offset: 32, size: 8 }));
-        assert_eq!(parse_field(SCHED_SWITCH, "prev_comm"), Some(FieldLayout { offset: 8, size: 16 }));
+        assert_eq!(
+            parse_field(SCHED_SWITCH, "prev_state"),
+            Some(FieldLayout {
+                offset: 32,
+                size: 8
+            })
+        );
+        assert_eq!(
+            parse_field(SCHED_SWITCH, "prev_comm"),
+            Some(FieldLayout {
+                offset: 8,
+                size: 16
+            })
+        );
         assert_eq!(parse_field(SCHED_SWITCH, "prev"), None);
     }
 }

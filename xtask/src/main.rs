@@ -64,7 +64,9 @@ pub fn cargo(args: &[&str]) -> Result<()> {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()));
     cmd.args(args).current_dir(workspace_root());
     eprintln!("[xtask] cargo {}", args.join(" "));
-    let status = cmd.status().with_context(|| format!("starting cargo {}", args.join(" ")))?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("starting cargo {}", args.join(" ")))?;
     if !status.success() {
         bail!("cargo {} failed ({status})", args.join(" "));
     }
@@ -74,7 +76,16 @@ pub fn cargo(args: &[&str]) -> Result<()> {
 fn test(no_lint: bool, extra: &[String]) -> Result<()> {
     if !no_lint {
         cargo(&["fmt", "--all", "--", "--check"])?;
-        cargo(&["clippy", "--workspace", "--exclude", "monitor-ebpf", "--all-targets", "--", "-D", "warnings"])?;
+        cargo(&[
+            "clippy",
+            "--workspace",
+            "--exclude",
+            "monitor-ebpf",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ])?;
     }
     // The end-to-end tests load the fake NVML library and run the agent binary.
     cargo(&["build", "-p", "fake-nvml", "-p", "gpuwatch"])?;
@@ -89,7 +100,11 @@ fn test(no_lint: bool, extra: &[String]) -> Result<()> {
 fn run(args: &[String]) -> Result<()> {
     cargo(&["build", "--release", "-p", "gpuwatch"])?;
     let bin = workspace_root().join("target/release/gpuwatch");
-    let args: Vec<&str> = if args.is_empty() { vec!["snapshot"] } else { args.iter().map(String::as_str).collect() };
+    let args: Vec<&str> = if args.is_empty() {
+        vec!["snapshot"]
+    } else {
+        args.iter().map(String::as_str).collect()
+    };
     let status = Command::new(&bin)
         .args(&args)
         .status()

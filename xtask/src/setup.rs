@@ -28,12 +28,20 @@ fn is_root() -> bool {
 }
 
 fn output(cmd: &str, args: &[&str]) -> Option<String> {
-    let out = Command::new(cmd).args(args).stderr(Stdio::null()).output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    let out = Command::new(cmd)
+        .args(args)
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 fn run_cmd(cmd: &mut Command, what: &str) -> Result<()> {
-    let status = cmd.status().with_context(|| format!("{what}: cannot start {cmd:?}"))?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("{what}: cannot start {cmd:?}"))?;
     if !status.success() {
         bail!("{what} failed ({status}): {cmd:?}");
     }
@@ -41,14 +49,28 @@ fn run_cmd(cmd: &mut Command, what: &str) -> Result<()> {
 }
 
 fn rust_src() -> Result<()> {
-    let installed = output("rustup", &["component", "list", "--toolchain", "nightly", "--installed"]);
-    if installed.as_deref().is_some_and(|s| s.lines().any(|l| l.starts_with("rust-src"))) {
+    let installed = output(
+        "rustup",
+        &["component", "list", "--toolchain", "nightly", "--installed"],
+    );
+    if installed
+        .as_deref()
+        .is_some_and(|s| s.lines().any(|l| l.starts_with("rust-src")))
+    {
         say("nightly rust-src: present");
         return Ok(());
     }
     say("installing the nightly toolchain's rust-src (eBPF programs build core from source)");
     run_cmd(
-        Command::new("rustup").args(["toolchain", "install", "nightly", "--profile", "minimal", "--component", "rust-src"]),
+        Command::new("rustup").args([
+            "toolchain",
+            "install",
+            "nightly",
+            "--profile",
+            "minimal",
+            "--component",
+            "rust-src",
+        ]),
         "installing nightly rust-src",
     )
 }
@@ -63,19 +85,29 @@ fn bpf_linker() -> Result<()> {
     say(&format!(
         "building bpf-linker {BPF_LINKER_VERSION} against the nightly toolchain's LLVM (about a minute)"
     ));
-    let sysroot = output("rustc", &["+nightly", "--print", "sysroot"]).context("rustc +nightly --print sysroot")?;
+    let sysroot = output("rustc", &["+nightly", "--print", "sysroot"])
+        .context("rustc +nightly --print sysroot")?;
     let lib = Path::new(sysroot.trim()).join("lib");
     let llvm = std::fs::read_dir(&lib)
         .with_context(|| format!("listing {}", lib.display()))?
         .flatten()
         .map(|e| e.path())
-        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libLLVM.so")))
-        .with_context(|| format!("no libLLVM.so in {}: is the nightly toolchain complete?", lib.display()))?;
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("libLLVM.so"))
+        })
+        .with_context(|| {
+            format!(
+                "no libLLVM.so in {}: is the nightly toolchain complete?",
+                lib.display()
+            )
+        })?;
     let link_dir = std::env::temp_dir().join("gpuwatch-llvm-link");
     std::fs::create_dir_all(&link_dir)?;
     let link = link_dir.join("libLLVM.so");
     let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(&llvm, &link).with_context(|| format!("linking {}", link.display()))?;
+    std::os::unix::fs::symlink(&llvm, &link)
+        .with_context(|| format!("linking {}", link.display()))?;
     let major = llvm
         .file_name()
         .and_then(|n| n.to_str())
@@ -83,7 +115,11 @@ fn bpf_linker() -> Result<()> {
         .and_then(|v| v.split(['.', '-']).next())
         .context("cannot read LLVM's major version from its file name")?
         .to_owned();
-    let rustflags = format!("-L {} -C link-arg=-Wl,-rpath,{}", link_dir.display(), lib.display());
+    let rustflags = format!(
+        "-L {} -C link-arg=-Wl,-rpath,{}",
+        link_dir.display(),
+        lib.display()
+    );
     run_cmd(
         Command::new("cargo")
             .args([
@@ -113,10 +149,16 @@ fn debian_packages() -> Result<()> {
         return Ok(());
     }
     if !is_root() {
-        bail!("installing {} needs root (apt-get); run `sudo cargo xtask setup`", missing.join(", "));
+        bail!(
+            "installing {} needs root (apt-get); run `sudo cargo xtask setup`",
+            missing.join(", ")
+        );
     }
     say(&format!("installing {} with apt-get", missing.join(", ")));
-    run_cmd(Command::new("apt-get").args(["update", "-q"]), "apt-get update")?;
+    run_cmd(
+        Command::new("apt-get").args(["update", "-q"]),
+        "apt-get update",
+    )?;
     run_cmd(
         Command::new("apt-get")
             .args(["install", "-y", "-q", "--no-install-recommends"])
@@ -128,7 +170,13 @@ fn debian_packages() -> Result<()> {
 
 fn docker_answers() -> bool {
     Command::new("docker")
-        .args(["-H", &format!("unix://{DOCKER_SOCKET}"), "version", "--format", "{{.Server.Version}}"])
+        .args([
+            "-H",
+            &format!("unix://{DOCKER_SOCKET}"),
+            "version",
+            "--format",
+            "{{.Server.Version}}",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()

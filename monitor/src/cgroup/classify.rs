@@ -149,7 +149,9 @@ pub fn classify(path: &str) -> WorkloadId {
     // Login sessions and init are the host.
     let last = segments[segments.len() - 1];
     if segments[0] == "init.scope"
-        || segments.iter().any(|s| s.starts_with("session-") && s.ends_with(".scope"))
+        || segments
+            .iter()
+            .any(|s| s.starts_with("session-") && s.ends_with(".scope"))
     {
         return WorkloadId::host();
     }
@@ -170,17 +172,19 @@ pub fn classify(path: &str) -> WorkloadId {
 
 /// Kubernetes pods, both drivers; the pod uid is normalised to its dashed form.
 fn classify_kubernetes(segments: &[&str]) -> Option<WorkloadId> {
-    let kube = segments
-        .iter()
-        .position(|s| *s == "kubepods" || s.starts_with("kubepods.slice") || s.starts_with("kubepods-"))?;
+    // `kubepods`, `kubepods.slice`, `kubepods-burstable.slice`, `kubelet-kubepods.slice`, ...
+    let kube = segments.iter().position(|s| s.contains("kubepods"))?;
     let rest = &segments[kube..];
     let (pod_index, pod_uid) = rest.iter().enumerate().find_map(|(i, s)| {
         // cgroupfs: pod<uid>; systemd: kubepods-<qos>-pod<uid_with_underscores>.slice
         let s = s.strip_suffix(".slice").unwrap_or(s);
         let at = s.rfind("pod")?;
         let uid = &s[at + 3..];
-        (uid.len() >= 32 && uid.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-' || b == b'_'))
-            .then(|| (i, uid.replace('_', "-")))
+        (uid.len() >= 32
+            && uid
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() || b == b'-' || b == b'_'))
+        .then(|| (i, uid.replace('_', "-")))
     })?;
     let container = rest.get(pod_index + 1).and_then(|s| {
         if is_container_id(s) {
@@ -209,9 +213,15 @@ mod tests {
 
     #[test]
     fn docker_cgroupfs_driver() {
-        assert_eq!(classify(&format!("/docker/{ID}")), id(WorkloadKind::Docker, ID));
+        assert_eq!(
+            classify(&format!("/docker/{ID}")),
+            id(WorkloadKind::Docker, ID)
+        );
         // v1 controllers show the same path; a nested cgroup inside the container still belongs to it.
-        assert_eq!(classify(&format!("/docker/{ID}/sub")), id(WorkloadKind::Docker, ID));
+        assert_eq!(
+            classify(&format!("/docker/{ID}/sub")),
+            id(WorkloadKind::Docker, ID)
+        );
     }
 
     #[test]
@@ -232,9 +242,8 @@ mod tests {
         assert_eq!(classify(&rootful), id(WorkloadKind::Podman, ID));
         let v2_inner = format!("/machine.slice/libpod-{ID}.scope/container");
         assert_eq!(classify(&v2_inner), id(WorkloadKind::Podman, ID));
-        let rootless = format!(
-            "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope"
-        );
+        let rootless =
+            format!("/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope");
         assert_eq!(classify(&rootless), id(WorkloadKind::Podman, ID));
         let cgroupfs = format!("/libpod_parent/libpod-{ID}");
         assert_eq!(classify(&cgroupfs), id(WorkloadKind::Podman, ID));
@@ -247,7 +256,10 @@ mod tests {
     fn kubernetes_cgroupfs_driver() {
         let uid = "0a1b2c3d-4e5f-6789-abcd-ef0123456789";
         let p = format!("/kubepods/burstable/pod{uid}/{ID}");
-        assert_eq!(classify(&p), id(WorkloadKind::Kubernetes, &format!("{uid}/{ID}")));
+        assert_eq!(
+            classify(&p),
+            id(WorkloadKind::Kubernetes, &format!("{uid}/{ID}"))
+        );
         let guaranteed = format!("/kubepods/pod{uid}/{ID}");
         assert_eq!(
             classify(&guaranteed),
@@ -271,7 +283,8 @@ mod tests {
                 "{p}"
             );
         }
-        let guaranteed = format!("/kubepods.slice/kubepods-pod{uscore}.slice/cri-containerd-{ID}.scope");
+        let guaranteed =
+            format!("/kubepods.slice/kubepods-pod{uscore}.slice/cri-containerd-{ID}.scope");
         assert_eq!(
             classify(&guaranteed),
             id(WorkloadKind::Kubernetes, &format!("{uid}/{ID}"))
@@ -318,9 +331,15 @@ mod tests {
             classify("/slurm/uid_1000/job_42/step_0"),
             id(WorkloadKind::Cgroup, "/slurm/uid_1000/job_42/step_0")
         );
-        assert_eq!(classify("/gpuwatch-job"), id(WorkloadKind::Cgroup, "/gpuwatch-job"));
+        assert_eq!(
+            classify("/gpuwatch-job"),
+            id(WorkloadKind::Cgroup, "/gpuwatch-job")
+        );
         // a short hex name under /docker is not a container id
-        assert_eq!(classify("/docker/abc"), id(WorkloadKind::Cgroup, "/docker/abc"));
+        assert_eq!(
+            classify("/docker/abc"),
+            id(WorkloadKind::Cgroup, "/docker/abc")
+        );
     }
 
     #[test]

@@ -59,27 +59,35 @@ impl CgroupLayout {
                 continue;
             };
             let mut right = right.split(' ');
-            let (Some(fstype), _source, Some(super_opts)) = (right.next(), right.next(), right.next())
+            let (Some(fstype), _source, Some(super_opts)) =
+                (right.next(), right.next(), right.next())
             else {
                 continue;
             };
             let mount_point = PathBuf::from(unescape_mountinfo(mount_point));
             match fstype {
-                "cgroup2" => {
-                    // Prefer the conventional location if several are mounted.
-                    if unified.is_none() || mount_point == Path::new("/sys/fs/cgroup") {
-                        unified = Some(mount_point);
-                    }
+                // Prefer the conventional location if several are mounted.
+                "cgroup2" if unified.is_none() || mount_point == Path::new("/sys/fs/cgroup") => {
+                    unified = Some(mount_point);
                 }
                 "cgroup" => {
                     let controllers: Vec<String> = super_opts
                         .split(',')
                         .filter(|o| !matches!(*o, "rw" | "ro") && !o.starts_with("release_agent"))
                         .filter(|o| !o.contains('=') || o.starts_with("name="))
-                        .filter(|o| !matches!(*o, "noprefix" | "clone_children" | "xattr" | "cpuset_v2_mode"))
+                        .filter(|o| {
+                            !matches!(
+                                *o,
+                                "noprefix" | "clone_children" | "xattr" | "cpuset_v2_mode"
+                            )
+                        })
                         .map(str::to_owned)
                         .collect();
-                    if !controllers.is_empty() && !v1.iter().any(|h: &V1Hierarchy| h.controllers == controllers) {
+                    if !controllers.is_empty()
+                        && !v1
+                            .iter()
+                            .any(|h: &V1Hierarchy| h.controllers == controllers)
+                    {
                         v1.push(V1Hierarchy {
                             controllers,
                             mount_point,
@@ -115,7 +123,12 @@ fn unescape_mountinfo(s: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        if bytes[i] == b'\\' && i + 3 < bytes.len() && bytes[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b)) {
+        if bytes[i] == b'\\'
+            && i + 3 < bytes.len()
+            && bytes[i + 1..i + 4]
+                .iter()
+                .all(|b| (b'0'..=b'7').contains(b))
+        {
             let v = (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
             out.push(v);
             i += 4;
@@ -151,7 +164,10 @@ mod tests {
     fn detects_hybrid() {
         let l = CgroupLayout::from_mountinfo(HYBRID);
         assert_eq!(l.mode, CgroupMode::Hybrid);
-        assert_eq!(l.unified.as_deref(), Some(Path::new("/sys/fs/cgroup/unified")));
+        assert_eq!(
+            l.unified.as_deref(),
+            Some(Path::new("/sys/fs/cgroup/unified"))
+        );
         assert_eq!(
             l.v1_mount("cpuacct").map(|h| h.mount_point.clone()),
             Some(PathBuf::from("/sys/fs/cgroup/cpu,cpuacct"))
@@ -164,7 +180,10 @@ mod tests {
     fn detects_v2_and_v1_and_none() {
         assert_eq!(CgroupLayout::from_mountinfo(V2).mode, CgroupMode::V2);
         assert_eq!(CgroupLayout::from_mountinfo(V1).mode, CgroupMode::V1);
-        assert_eq!(CgroupLayout::from_mountinfo("garbage\n").mode, CgroupMode::None);
+        assert_eq!(
+            CgroupLayout::from_mountinfo("garbage\n").mode,
+            CgroupMode::None
+        );
     }
 
     #[test]

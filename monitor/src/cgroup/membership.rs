@@ -17,7 +17,8 @@ impl CgroupMembership {
         let mut m = Self::default();
         for line in text.lines() {
             let mut parts = line.splitn(3, ':');
-            let (Some(hid), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+            let (Some(hid), Some(controllers), Some(path)) =
+                (parts.next(), parts.next(), parts.next())
             else {
                 continue;
             };
@@ -65,7 +66,10 @@ impl CgroupMembership {
     /// The directory of this process's cgroup in the unified hierarchy (whose inode is the cgroup
     /// id that `bpf_get_current_cgroup_id()` reports).
     pub fn unified_dir(&self, layout: &CgroupLayout) -> Option<PathBuf> {
-        Some(join_cgroup(layout.unified.as_ref()?, self.unified.as_deref()?))
+        Some(join_cgroup(
+            layout.unified.as_ref()?,
+            self.unified.as_deref()?,
+        ))
     }
 }
 
@@ -92,7 +96,9 @@ mod tests {
         );
         assert_eq!(
             m.controller_dir(&layout, "cpuacct"),
-            Some(PathBuf::from(format!("/sys/fs/cgroup/cpu,cpuacct/docker/{ID}")))
+            Some(PathBuf::from(format!(
+                "/sys/fs/cgroup/cpu,cpuacct/docker/{ID}"
+            )))
         );
         // memory has no v1 mount in this layout: falls back to the unified hierarchy
         assert_eq!(

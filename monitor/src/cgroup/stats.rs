@@ -53,11 +53,17 @@ enum MemorySource {
 }
 
 impl CgroupStatsPaths {
-    pub fn resolve(layout: &CgroupLayout, membership: &CgroupMembership) -> Result<Self, StatsError> {
+    pub fn resolve(
+        layout: &CgroupLayout,
+        membership: &CgroupMembership,
+    ) -> Result<Self, StatsError> {
         let cpu = if layout.v1_mount("cpuacct").is_some() {
-            let dir = membership
-                .controller_dir(layout, "cpuacct")
-                .ok_or(StatsError::NoController { controller: "cpuacct" })?;
+            let dir =
+                membership
+                    .controller_dir(layout, "cpuacct")
+                    .ok_or(StatsError::NoController {
+                        controller: "cpuacct",
+                    })?;
             CpuSource::V1(dir.join("cpuacct.usage"))
         } else {
             let dir = membership
@@ -66,9 +72,12 @@ impl CgroupStatsPaths {
             CpuSource::V2(dir.join("cpu.stat"))
         };
         let memory = if layout.v1_mount("memory").is_some() {
-            let dir = membership
-                .controller_dir(layout, "memory")
-                .ok_or(StatsError::NoController { controller: "memory" })?;
+            let dir =
+                membership
+                    .controller_dir(layout, "memory")
+                    .ok_or(StatsError::NoController {
+                        controller: "memory",
+                    })?;
             MemorySource::V1 {
                 usage: dir.join("memory.usage_in_bytes"),
                 limit: dir.join("memory.limit_in_bytes"),
@@ -76,7 +85,9 @@ impl CgroupStatsPaths {
         } else {
             let dir = membership
                 .unified_dir(layout)
-                .ok_or(StatsError::NoController { controller: "memory" })?;
+                .ok_or(StatsError::NoController {
+                    controller: "memory",
+                })?;
             MemorySource::V2 {
                 current: dir.join("memory.current"),
                 max: dir.join("memory.max"),
@@ -102,7 +113,10 @@ impl CgroupStatsPaths {
             MemorySource::V1 { usage, limit } => {
                 let limit = read_u64(limit, "memory.limit_in_bytes")?;
                 // v1 reports "unlimited" as a page-rounded i64::MAX.
-                (read_u64(usage, "memory.usage_in_bytes")?, (limit < 1 << 62).then_some(limit))
+                (
+                    read_u64(usage, "memory.usage_in_bytes")?,
+                    (limit < 1 << 62).then_some(limit),
+                )
             }
             MemorySource::V2 { current, max } => {
                 let max_text = read(max)?;
@@ -133,7 +147,9 @@ fn read_u64(path: &Path, field: &'static str) -> Result<u64, StatsError> {
 }
 
 fn parse_u64(path: &Path, field: &'static str, text: &str) -> Result<u64, StatsError> {
-    text.trim().parse().map_err(|_| parse_error(path, field, text))
+    text.trim()
+        .parse()
+        .map_err(|_| parse_error(path, field, text))
 }
 
 fn parse_error(path: &Path, field: &'static str, text: &str) -> StatsError {
@@ -160,7 +176,11 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join("job");
         std::fs::create_dir(&dir).unwrap();
-        std::fs::write(dir.join("cpu.stat"), "usage_usec 2500000\nuser_usec 2000000\n").unwrap();
+        std::fs::write(
+            dir.join("cpu.stat"),
+            "usage_usec 2500000\nuser_usec 2000000\n",
+        )
+        .unwrap();
         std::fs::write(dir.join("memory.current"), "1048576\n").unwrap();
         std::fs::write(dir.join("memory.max"), "max\n").unwrap();
         let m = CgroupMembership::parse("0::/job\n");
@@ -196,7 +216,10 @@ mod tests {
 
         std::fs::write(mem.join("memory.usage_in_bytes"), "lots\n").unwrap();
         let err = paths.read().unwrap_err().to_string();
-        assert!(err.contains("memory.usage_in_bytes") && err.contains("lots"), "{err}");
+        assert!(
+            err.contains("memory.usage_in_bytes") && err.contains("lots"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&cpu).unwrap();
         let err = paths.read().unwrap_err().to_string();
         assert!(err.contains("cpuacct.usage"), "{err}");

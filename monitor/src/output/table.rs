@@ -46,7 +46,11 @@ pub fn render_snapshot(s: &Snapshot) -> String {
             vec![
                 d.index.to_string(),
                 opt(d.name.clone()),
-                if d.lost { "LOST".to_owned() } else { opt(d.utilization_gpu_percent) },
+                if d.lost {
+                    "LOST".to_owned()
+                } else {
+                    opt(d.utilization_gpu_percent)
+                },
                 match (d.memory_used_bytes, d.memory_total_bytes) {
                     (Some(u), Some(t)) => format!("{}/{}", gib(u), gib(t)),
                     _ => "-".to_owned(),
@@ -59,13 +63,20 @@ pub fn render_snapshot(s: &Snapshot) -> String {
                 },
                 opt(d.sm_clock_mhz),
                 g.processes.len().to_string(),
-                if d.clocks_event_reasons.is_empty() { "-".to_owned() } else { d.clocks_event_reasons.join(",") },
+                if d.clocks_event_reasons.is_empty() {
+                    "-".to_owned()
+                } else {
+                    d.clocks_event_reasons.join(",")
+                },
             ]
         })
         .collect();
     if s.sources.nvml.up {
         out.push_str(&render(
-            &["GPU", "NAME", "UTIL%", "MEM GiB", "TEMP°C", "POWER W", "SM MHz", "PROCS", "THROTTLE"],
+            &[
+                "GPU", "NAME", "UTIL%", "MEM GiB", "TEMP°C", "POWER W", "SM MHz", "PROCS",
+                "THROTTLE",
+            ],
             &gpu_rows,
         ));
         out.push('\n');
@@ -92,26 +103,61 @@ pub fn render_snapshot(s: &Snapshot) -> String {
                 w.kind.as_str().to_owned(),
                 w.name.clone(),
                 c.map_or("-".to_owned(), |c| c.image.clone()),
-                c.and_then(|c| c.compose_service.clone()).unwrap_or_else(|| "-".to_owned()),
-                if w.gpu.processes == 0 { "-".to_owned() } else { gib(w.gpu.memory_bytes) },
+                c.and_then(|c| c.compose_service.clone())
+                    .unwrap_or_else(|| "-".to_owned()),
+                if w.gpu.processes == 0 {
+                    "-".to_owned()
+                } else {
+                    gib(w.gpu.memory_bytes)
+                },
                 gpus,
-                w.cpu.and_then(|c| c.cores).map_or("-".to_owned(), |c| format!("{c:.2}")),
+                w.cpu
+                    .and_then(|c| c.cores)
+                    .map_or("-".to_owned(), |c| format!("{c:.2}")),
                 w.memory.map_or("-".to_owned(), |m| gib(m.usage_bytes)),
-                w.sched.and_then(|s| s.switches).map_or("-".to_owned(), |v| v.to_string()),
+                w.sched
+                    .and_then(|s| s.switches)
+                    .map_or("-".to_owned(), |v| v.to_string()),
             ]
         })
         .collect();
     out.push_str(&render(
-        &["KIND", "NAME", "IMAGE", "SERVICE", "GPU MEM GiB", "GPU:SM", "CPU", "MEM GiB", "SWITCHES"],
+        &[
+            "KIND",
+            "NAME",
+            "IMAGE",
+            "SERVICE",
+            "GPU MEM GiB",
+            "GPU:SM",
+            "CPU",
+            "MEM GiB",
+            "SWITCHES",
+        ],
         &rows,
     ));
-    let vanished = s.gpus.iter().flat_map(|g| &g.processes).filter(|p| p.vanished).count();
+    let vanished = s
+        .gpus
+        .iter()
+        .flat_map(|g| &g.processes)
+        .filter(|p| p.vanished)
+        .count();
     if vanished > 0 {
-        let _ = writeln!(out, "\n{vanished} GPU process(es) exited before they could be attributed");
+        let _ = writeln!(
+            out,
+            "\n{vanished} GPU process(es) exited before they could be attributed"
+        );
     }
-    for (name, st) in [("nvml", &s.sources.nvml), ("docker", &s.sources.docker), ("ebpf", &s.sources.ebpf)] {
+    for (name, st) in [
+        ("nvml", &s.sources.nvml),
+        ("docker", &s.sources.docker),
+        ("ebpf", &s.sources.ebpf),
+    ] {
         if let SourceState { up: false, detail } = st {
-            let _ = writeln!(out, "{name}: down ({})", detail.as_deref().unwrap_or("unknown"));
+            let _ = writeln!(
+                out,
+                "{name}: down ({})",
+                detail.as_deref().unwrap_or("unknown")
+            );
         }
     }
     out

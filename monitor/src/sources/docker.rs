@@ -136,7 +136,12 @@ impl DockerCache {
 }
 
 /// Runs the Docker source until `shutdown` turns true.
-pub async fn run(config: DockerSourceConfig, cache: Arc<DockerCache>, events: Arc<EventCounters>, mut shutdown: watch::Receiver<bool>) {
+pub async fn run(
+    config: DockerSourceConfig,
+    cache: Arc<DockerCache>,
+    events: Arc<EventCounters>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut backoff = Duration::from_millis(500);
     while !*shutdown.borrow() {
         match connect_and_follow(&config, &cache, &events, &mut shutdown).await {
@@ -170,7 +175,10 @@ pub async fn run(config: DockerSourceConfig, cache: Arc<DockerCache>, events: Ar
 #[derive(Debug, thiserror::Error)]
 enum FollowError {
     #[error("cannot connect to Docker at {socket}: {source}")]
-    Connect { socket: String, source: bollard::errors::Error },
+    Connect {
+        socket: String,
+        source: bollard::errors::Error,
+    },
     #[error("Docker at {socket}: {what}: {source}")]
     Request {
         socket: String,
@@ -188,20 +196,28 @@ async fn connect_and_follow(
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), FollowError> {
     let socket = config.socket.display().to_string();
-    let docker = Docker::connect_with_unix(&socket, config.timeout.as_secs().max(1), bollard::API_DEFAULT_VERSION)
-        .map_err(|source| FollowError::Connect {
-            socket: socket.clone(),
-            source,
-        })?
-        .negotiate_version()
-        .await
-        .map_err(|source| FollowError::Connect {
-            socket: socket.clone(),
-            source,
-        })?;
+    let docker = Docker::connect_with_unix(
+        &socket,
+        config.timeout.as_secs().max(1),
+        bollard::API_DEFAULT_VERSION,
+    )
+    .map_err(|source| FollowError::Connect {
+        socket: socket.clone(),
+        source,
+    })?
+    .negotiate_version()
+    .await
+    .map_err(|source| FollowError::Connect {
+        socket: socket.clone(),
+        source,
+    })?;
     let request = |what| {
         let socket = socket.clone();
-        move |source| FollowError::Request { socket, what, source }
+        move |source| FollowError::Request {
+            socket,
+            what,
+            source,
+        }
     };
 
     // Events from one second before the list: whatever happens while listing is replayed.
@@ -230,7 +246,10 @@ async fn connect_and_follow(
                 containers.insert(id, Arc::new(info));
             }
             Ok(None) => {}
-            Err(e) => events.emit(InternalEvent::DockerRequestFailed, format_args!("inspecting {id}: {e}")),
+            Err(e) => events.emit(
+                InternalEvent::DockerRequestFailed,
+                format_args!("inspecting {id}: {e}"),
+            ),
         }
     }
     {
@@ -253,7 +272,8 @@ async fn connect_and_follow(
             return Err(FollowError::StreamEnded { socket });
         };
         let event = item.map_err(request("event stream"))?;
-        let (Some(action), Some(id)) = (event.action.as_deref(), event.actor.and_then(|a| a.id)) else {
+        let (Some(action), Some(id)) = (event.action.as_deref(), event.actor.and_then(|a| a.id))
+        else {
             continue;
         };
         match action {
@@ -264,7 +284,10 @@ async fn connect_and_follow(
                 Ok(None) => {
                     cache.write().containers.remove(&id);
                 }
-                Err(e) => events.emit(InternalEvent::DockerRequestFailed, format_args!("inspecting {id}: {e}")),
+                Err(e) => events.emit(
+                    InternalEvent::DockerRequestFailed,
+                    format_args!("inspecting {id}: {e}"),
+                ),
             },
             "die" | "destroy" => {
                 cache.write().containers.remove(&id);
@@ -275,10 +298,18 @@ async fn connect_and_follow(
 }
 
 /// Inspects one container; `None` if it is not running (or no longer exists).
-async fn inspect(docker: &Docker, id: &str) -> Result<Option<ContainerInfo>, bollard::errors::Error> {
-    let r = match docker.inspect_container(id, None::<InspectContainerOptions>).await {
+async fn inspect(
+    docker: &Docker,
+    id: &str,
+) -> Result<Option<ContainerInfo>, bollard::errors::Error> {
+    let r = match docker
+        .inspect_container(id, None::<InspectContainerOptions>)
+        .await
+    {
         Ok(r) => r,
-        Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => return Ok(None),
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => return Ok(None),
         Err(e) => return Err(e),
     };
     let state = r.state.unwrap_or_default();
@@ -308,12 +339,19 @@ async fn inspect(docker: &Docker, id: &str) -> Result<Option<ContainerInfo>, bol
         .collect();
     Ok(Some(ContainerInfo {
         id: r.id.unwrap_or_else(|| id.to_owned()),
-        name: r.name.unwrap_or_default().trim_start_matches('/').to_owned(),
+        name: r
+            .name
+            .unwrap_or_default()
+            .trim_start_matches('/')
+            .to_owned(),
         image: config.image.or(r.image).unwrap_or_default(),
         compose_project: labels.get(COMPOSE_PROJECT_LABEL).cloned(),
         compose_service: labels.get(COMPOSE_SERVICE_LABEL).cloned(),
         started_at: state.started_at,
-        init_pid: state.pid.and_then(|p| u32::try_from(p).ok()).filter(|p| *p > 0),
+        init_pid: state
+            .pid
+            .and_then(|p| u32::try_from(p).ok())
+            .filter(|p| *p > 0),
         gpu_device_requests,
         labels,
     }))

@@ -11,8 +11,9 @@ use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 use nvml_wrapper_sys::bindings::{
-    nvmlDevice_t, nvmlProcessInfo_t, nvmlProcessUtilizationSample_t, nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE,
-    nvmlReturn_enum_NVML_ERROR_NOT_FOUND, nvmlReturn_enum_NVML_SUCCESS, nvmlReturn_t,
+    nvmlDevice_t, nvmlProcessInfo_t, nvmlProcessUtilizationSample_t,
+    nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE, nvmlReturn_enum_NVML_ERROR_NOT_FOUND,
+    nvmlReturn_enum_NVML_SUCCESS, nvmlReturn_t,
 };
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -106,7 +107,10 @@ pub struct GpuSource {
 const VALUE_NOT_AVAILABLE: u64 = u64::MAX;
 
 impl GpuSource {
-    pub fn open(config: &GpuSourceConfig, events: Arc<EventCounters>) -> Result<Self, GpuSourceError> {
+    pub fn open(
+        config: &GpuSourceConfig,
+        events: Arc<EventCounters>,
+    ) -> Result<Self, GpuSourceError> {
         let mut builder = Nvml::builder();
         if let Some(path) = &config.lib_path {
             builder.lib_path(path.as_os_str());
@@ -115,7 +119,9 @@ impl GpuSource {
             .lib_path
             .as_ref()
             .map_or_else(|| "libnvidia-ml.so".to_owned(), |p| p.display().to_string());
-        let nvml = builder.init().map_err(|source| GpuSourceError::Init { lib, source })?;
+        let nvml = builder
+            .init()
+            .map_err(|source| GpuSourceError::Init { lib, source })?;
         let count = nvml.device_count().map_err(GpuSourceError::Count)?;
         let driver_version = nvml.sys_driver_version().ok();
         let mut devices = Vec::with_capacity(count as usize);
@@ -123,7 +129,10 @@ impl GpuSource {
             let (uuid, name) = match nvml.device_by_index(index) {
                 Ok(d) => (d.uuid().ok(), d.name().ok()),
                 Err(e) => {
-                    events.emit(InternalEvent::NvmlCallFailed, format_args!("GPU {index}: handle: {e}"));
+                    events.emit(
+                        InternalEvent::NvmlCallFailed,
+                        format_args!("GPU {index}: handle: {e}"),
+                    );
                     (None, None)
                 }
             };
@@ -216,8 +225,11 @@ fn read_device(nvml: &Nvml, cursor: &mut DeviceCursor, events: &EventCounters) -
         rec.reading.memory_used_bytes = Some(m.used);
         rec.reading.memory_total_bytes = Some(m.total);
     }
-    rec.reading.temperature_celsius = rec.take("temperature", device.temperature(TemperatureSensor::Gpu));
-    rec.reading.power_watts = rec.take("power", device.power_usage()).map(|mw| f64::from(mw) / 1000.0);
+    rec.reading.temperature_celsius =
+        rec.take("temperature", device.temperature(TemperatureSensor::Gpu));
+    rec.reading.power_watts = rec
+        .take("power", device.power_usage())
+        .map(|mw| f64::from(mw) / 1000.0);
     rec.reading.power_limit_watts = rec
         .take("power_limit", device.enforced_power_limit())
         .map(|mw| f64::from(mw) / 1000.0);
@@ -229,9 +241,17 @@ fn read_device(nvml: &Nvml, cursor: &mut DeviceCursor, events: &EventCounters) -
     // SAFETY: the handle belongs to `nvml`, which outlives this call.
     let handle = unsafe { device.handle() };
     let lib = nvml.lib();
-    let compute = list_processes(lib.nvmlDeviceGetComputeRunningProcesses_v3.as_ref(), handle, &mut cursor.compute);
+    let compute = list_processes(
+        lib.nvmlDeviceGetComputeRunningProcesses_v3.as_ref(),
+        handle,
+        &mut cursor.compute,
+    );
     let n_compute = rec.take("compute_processes", compute).unwrap_or(0);
-    let graphics = list_processes(lib.nvmlDeviceGetGraphicsRunningProcesses_v3.as_ref(), handle, &mut cursor.graphics);
+    let graphics = list_processes(
+        lib.nvmlDeviceGetGraphicsRunningProcesses_v3.as_ref(),
+        handle,
+        &mut cursor.graphics,
+    );
     let n_graphics = rec.take("graphics_processes", graphics).unwrap_or(0);
     let samples = process_samples(lib.nvmlDeviceGetProcessUtilization.as_ref(), handle, cursor);
     let n_samples = rec.take("process_utilization", samples).unwrap_or(0);
@@ -247,21 +267,39 @@ fn read_device(nvml: &Nvml, cursor: &mut DeviceCursor, events: &EventCounters) -
 fn reason_names(r: ThrottleReasons) -> Vec<&'static str> {
     const NAMES: [(ThrottleReasons, &str); 9] = [
         (ThrottleReasons::GPU_IDLE, "gpu_idle"),
-        (ThrottleReasons::APPLICATIONS_CLOCKS_SETTING, "applications_clocks_setting"),
+        (
+            ThrottleReasons::APPLICATIONS_CLOCKS_SETTING,
+            "applications_clocks_setting",
+        ),
         (ThrottleReasons::SW_POWER_CAP, "sw_power_cap"),
         (ThrottleReasons::HW_SLOWDOWN, "hw_slowdown"),
         (ThrottleReasons::SYNC_BOOST, "sync_boost"),
         (ThrottleReasons::SW_THERMAL_SLOWDOWN, "sw_thermal_slowdown"),
         (ThrottleReasons::HW_THERMAL_SLOWDOWN, "hw_thermal_slowdown"),
-        (ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN, "hw_power_brake_slowdown"),
-        (ThrottleReasons::DISPLAY_CLOCK_SETTING, "display_clock_setting"),
+        (
+            ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN,
+            "hw_power_brake_slowdown",
+        ),
+        (
+            ThrottleReasons::DISPLAY_CLOCK_SETTING,
+            "display_clock_setting",
+        ),
     ];
-    NAMES.iter().filter(|(f, _)| r.contains(*f)).map(|(_, n)| *n).collect()
+    NAMES
+        .iter()
+        .filter(|(f, _)| r.contains(*f))
+        .map(|(_, n)| *n)
+        .collect()
 }
 
-type ListFn = unsafe extern "C" fn(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
-type UtilFn =
-    unsafe extern "C" fn(nvmlDevice_t, *mut nvmlProcessUtilizationSample_t, *mut c_uint, u64) -> nvmlReturn_t;
+type ListFn =
+    unsafe extern "C" fn(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
+type UtilFn = unsafe extern "C" fn(
+    nvmlDevice_t,
+    *mut nvmlProcessUtilizationSample_t,
+    *mut c_uint,
+    u64,
+) -> nvmlReturn_t;
 
 /// Calls an NVML "fill a buffer, or say how big it must be" function, growing `buf` as needed.
 /// `buf` keeps its length (its capacity in elements) across rounds; returns how many are valid.
@@ -272,7 +310,11 @@ fn fill_buffer<T: Copy>(
 ) -> Result<usize, NvmlError> {
     for _ in 0..4 {
         let mut count = buf.len() as c_uint;
-        let ptr = if buf.is_empty() { std::ptr::null_mut() } else { buf.as_mut_ptr() };
+        let ptr = if buf.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            buf.as_mut_ptr()
+        };
         match call(ptr, &mut count) {
             r if r == nvmlReturn_enum_NVML_SUCCESS => return Ok((count as usize).min(buf.len())),
             r if r == nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE => {
@@ -318,7 +360,7 @@ fn process_samples(
     };
     let last_seen = cursor.last_seen_us;
     // SAFETY: as above.
-    let n = match fill_buffer(&mut cursor.samples, zero, |ptr, count| unsafe {
+    let n = fill_buffer(&mut cursor.samples, zero, |ptr, count| unsafe {
         let r = sym(handle, ptr, count, last_seen);
         // NOT_FOUND means "no samples since last_seen", not a failure.
         if r == nvmlReturn_enum_NVML_ERROR_NOT_FOUND {
@@ -327,10 +369,7 @@ fn process_samples(
         } else {
             r
         }
-    }) {
-        Ok(n) => n,
-        Err(e) => return Err(e),
-    };
+    })?;
     if let Some(newest) = cursor.samples[..n].iter().map(|s| s.timeStamp).max() {
         cursor.last_seen_us = cursor.last_seen_us.max(newest);
     }
@@ -343,9 +382,13 @@ fn merge_processes(
     graphics: &[nvmlProcessInfo_t],
     samples: &[nvmlProcessUtilizationSample_t],
 ) -> Vec<ProcessReading> {
-    let memory = |p: &nvmlProcessInfo_t| (p.usedGpuMemory != VALUE_NOT_AVAILABLE).then_some(p.usedGpuMemory);
+    let memory =
+        |p: &nvmlProcessInfo_t| (p.usedGpuMemory != VALUE_NOT_AVAILABLE).then_some(p.usedGpuMemory);
     let mut out: Vec<ProcessReading> = Vec::with_capacity(compute.len() + graphics.len());
-    for (list, kind) in [(compute, ProcessKind::Compute), (graphics, ProcessKind::Graphics)] {
+    for (list, kind) in [
+        (compute, ProcessKind::Compute),
+        (graphics, ProcessKind::Graphics),
+    ] {
         for p in list {
             if let Some(existing) = out.iter_mut().find(|e| e.pid == p.pid) {
                 if existing.kind != kind {
@@ -417,7 +460,10 @@ mod tests {
         assert_eq!(out[0].sm_util_percent, Some(50.0));
         assert_eq!(out[0].samples, 2);
         assert_eq!(out[1].used_memory_bytes, None);
-        assert_eq!(out[1].sm_util_percent, None, "no sample means no activity, not zero");
+        assert_eq!(
+            out[1].sm_util_percent, None,
+            "no sample means no activity, not zero"
+        );
         assert_eq!(out[2].kind, ProcessKind::Graphics);
     }
 

@@ -24,9 +24,15 @@ pub enum ProbeError {
     #[error("the kernel refused the eBPF object: {0}")]
     Load(#[from] EbpfError),
     #[error("program {name}: {source}")]
-    Program { name: &'static str, source: ProgramError },
+    Program {
+        name: &'static str,
+        source: ProgramError,
+    },
     #[error("map {name}: {source}")]
-    Map { name: &'static str, source: MapError },
+    Map {
+        name: &'static str,
+        source: MapError,
+    },
     #[error("map {0} missing from the eBPF object")]
     NoMap(&'static str),
 }
@@ -44,7 +50,8 @@ impl SchedProbe {
     /// Checks privileges, finds tracefs, reads field offsets, loads and attaches. With
     /// `filter_by_cgroup`, the kernel counts only the cgroups passed to [`Self::watch`].
     pub fn load(filter_by_cgroup: bool) -> Result<Self, ProbeError> {
-        let missing = caps::missing_for_tracing(caps::effective().map_err(ProbeError::Capabilities)?);
+        let missing =
+            caps::missing_for_tracing(caps::effective().map_err(ProbeError::Capabilities)?);
         if !missing.is_empty() {
             return Err(ProbeError::MissingCapabilities(missing));
         }
@@ -60,20 +67,42 @@ impl SchedProbe {
             .program_mut("sched_switch")
             .ok_or(ProbeError::NoMap("sched_switch program"))?
             .try_into()
-            .map_err(|source| ProbeError::Program { name: "sched_switch", source })?;
-        program
-            .load()
-            .map_err(|source| ProbeError::Program { name: "sched_switch", source })?;
+            .map_err(|source| ProbeError::Program {
+                name: "sched_switch",
+                source,
+            })?;
+        program.load().map_err(|source| ProbeError::Program {
+            name: "sched_switch",
+            source,
+        })?;
         program
             .attach("sched", "sched_switch")
-            .map_err(|source| ProbeError::Program { name: "sched_switch", source })?;
+            .map_err(|source| ProbeError::Program {
+                name: "sched_switch",
+                source,
+            })?;
 
-        let counts = ebpf.take_map("SCHED_COUNTS").ok_or(ProbeError::NoMap("SCHED_COUNTS"))?;
-        let counts = PerCpuHashMap::try_from(counts).map_err(|source| ProbeError::Map { name: "SCHED_COUNTS", source })?;
-        let stats = ebpf.take_map("PROBE_STATS").ok_or(ProbeError::NoMap("PROBE_STATS"))?;
-        let stats = PerCpuArray::try_from(stats).map_err(|source| ProbeError::Map { name: "PROBE_STATS", source })?;
-        let watched = ebpf.take_map("WATCHED_CGROUPS").ok_or(ProbeError::NoMap("WATCHED_CGROUPS"))?;
-        let watched = BpfHashMap::try_from(watched).map_err(|source| ProbeError::Map { name: "WATCHED_CGROUPS", source })?;
+        let counts = ebpf
+            .take_map("SCHED_COUNTS")
+            .ok_or(ProbeError::NoMap("SCHED_COUNTS"))?;
+        let counts = PerCpuHashMap::try_from(counts).map_err(|source| ProbeError::Map {
+            name: "SCHED_COUNTS",
+            source,
+        })?;
+        let stats = ebpf
+            .take_map("PROBE_STATS")
+            .ok_or(ProbeError::NoMap("PROBE_STATS"))?;
+        let stats = PerCpuArray::try_from(stats).map_err(|source| ProbeError::Map {
+            name: "PROBE_STATS",
+            source,
+        })?;
+        let watched = ebpf
+            .take_map("WATCHED_CGROUPS")
+            .ok_or(ProbeError::NoMap("WATCHED_CGROUPS"))?;
+        let watched = BpfHashMap::try_from(watched).map_err(|source| ProbeError::Map {
+            name: "WATCHED_CGROUPS",
+            source,
+        })?;
         Ok(Self {
             _ebpf: ebpf,
             counts,
@@ -85,7 +114,10 @@ impl SchedProbe {
 
     /// Makes the kernel filter watch exactly `ids` (only the changes reach the kernel).
     pub fn watch(&mut self, ids: &HashSet<u64>) -> Result<(), ProbeError> {
-        let err = |source| ProbeError::Map { name: "WATCHED_CGROUPS", source };
+        let err = |source| ProbeError::Map {
+            name: "WATCHED_CGROUPS",
+            source,
+        };
         for id in ids.difference(&self.watched_ids) {
             self.watched.insert(id, 1, 0).map_err(err)?;
         }
@@ -115,7 +147,12 @@ impl SchedProbe {
                     out.insert(key, sum);
                 }
                 Err(MapError::KeyNotFound) => failed += 1,
-                Err(source) => return Err(ProbeError::Map { name: "SCHED_COUNTS", source }),
+                Err(source) => {
+                    return Err(ProbeError::Map {
+                        name: "SCHED_COUNTS",
+                        source,
+                    })
+                }
             }
         }
         Ok(failed)
@@ -124,12 +161,15 @@ impl SchedProbe {
     /// The kernel side's failure counters: (map updates failed, field reads failed).
     pub fn probe_failures(&self) -> Result<(u64, u64), ProbeError> {
         let sum = |i: u32| -> Result<u64, ProbeError> {
-            let v = self
-                .stats
-                .get(&i, 0)
-                .map_err(|source| ProbeError::Map { name: "PROBE_STATS", source })?;
+            let v = self.stats.get(&i, 0).map_err(|source| ProbeError::Map {
+                name: "PROBE_STATS",
+                source,
+            })?;
             Ok(v.iter().sum())
         };
-        Ok((sum(probe_stat::MAP_UPDATE_FAILED)?, sum(probe_stat::FIELD_READ_FAILED)?))
+        Ok((
+            sum(probe_stat::MAP_UPDATE_FAILED)?,
+            sum(probe_stat::FIELD_READ_FAILED)?,
+        ))
     }
 }

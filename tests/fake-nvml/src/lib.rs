@@ -110,9 +110,16 @@ fn global(func: &str, f: impl FnOnce(&Scenario) -> nvmlReturn_t) -> nvmlReturn_t
 }
 
 /// Runs a function on a device handle (handles are `index + 1`).
-fn device(func: &str, handle: nvmlDevice_t, f: impl FnOnce(&scenario::Device) -> nvmlReturn_t) -> nvmlReturn_t {
+fn device(
+    func: &str,
+    handle: nvmlDevice_t,
+    f: impl FnOnce(&scenario::Device) -> nvmlReturn_t,
+) -> nvmlReturn_t {
     with_scenario(|s| {
-        let Some(d) = (handle as usize).checked_sub(1).and_then(|i| s.devices.get(i)) else {
+        let Some(d) = (handle as usize)
+            .checked_sub(1)
+            .and_then(|i| s.devices.get(i))
+        else {
             return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
         };
         if let Some(ms) = s.delays_ms.get(func) {
@@ -177,46 +184,83 @@ pub extern "C" fn nvmlErrorString(result: nvmlReturn_t) -> *const c_char {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlSystemGetDriverVersion(version: *mut c_char, len: c_uint) -> nvmlReturn_t {
-    global("nvmlSystemGetDriverVersion", |s| write_str(version, len, &s.driver_version))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(version: *mut c_char, len: c_uint) -> nvmlReturn_t {
-    global("nvmlSystemGetNVMLVersion", |_| write_str(version, len, "13.580.159.04"))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> nvmlReturn_t {
-    global("nvmlDeviceGetCount_v2", |s| put(count, s.devices.len() as c_uint))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, handle: *mut nvmlDevice_t) -> nvmlReturn_t {
-    global("nvmlDeviceGetHandleByIndex_v2", |s| match s.devices.get(index as usize) {
-        None => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
-        Some(d) if d.lost => nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST,
-        Some(_) => put(handle, (index as usize + 1) as nvmlDevice_t),
+pub unsafe extern "C" fn nvmlSystemGetDriverVersion(
+    version: *mut c_char,
+    len: c_uint,
+) -> nvmlReturn_t {
+    global("nvmlSystemGetDriverVersion", |s| {
+        write_str(version, len, &s.driver_version)
     })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetIndex(handle: nvmlDevice_t, index: *mut c_uint) -> nvmlReturn_t {
-    device("nvmlDeviceGetIndex", handle, |_| put(index, (handle as usize - 1) as c_uint))
+pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(
+    version: *mut c_char,
+    len: c_uint,
+) -> nvmlReturn_t {
+    global("nvmlSystemGetNVMLVersion", |_| {
+        write_str(version, len, "13.580.159.04")
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetUUID(handle: nvmlDevice_t, uuid: *mut c_char, len: c_uint) -> nvmlReturn_t {
-    device("nvmlDeviceGetUUID", handle, |d| write_str(uuid, len, &d.uuid))
+pub unsafe extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> nvmlReturn_t {
+    global("nvmlDeviceGetCount_v2", |s| {
+        put(count, s.devices.len() as c_uint)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetName(handle: nvmlDevice_t, name: *mut c_char, len: c_uint) -> nvmlReturn_t {
-    device("nvmlDeviceGetName", handle, |d| write_str(name, len, &d.name))
+pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
+    index: c_uint,
+    handle: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    global("nvmlDeviceGetHandleByIndex_v2", |s| {
+        match s.devices.get(index as usize) {
+            None => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+            Some(d) if d.lost => nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST,
+            Some(_) => put(handle, (index as usize + 1) as nvmlDevice_t),
+        }
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(handle: nvmlDevice_t, u: *mut nvmlUtilization_t) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetIndex(
+    handle: nvmlDevice_t,
+    index: *mut c_uint,
+) -> nvmlReturn_t {
+    device("nvmlDeviceGetIndex", handle, |_| {
+        put(index, (handle as usize - 1) as c_uint)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetUUID(
+    handle: nvmlDevice_t,
+    uuid: *mut c_char,
+    len: c_uint,
+) -> nvmlReturn_t {
+    device("nvmlDeviceGetUUID", handle, |d| {
+        write_str(uuid, len, &d.uuid)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetName(
+    handle: nvmlDevice_t,
+    name: *mut c_char,
+    len: c_uint,
+) -> nvmlReturn_t {
+    device("nvmlDeviceGetName", handle, |d| {
+        write_str(name, len, &d.name)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
+    handle: nvmlDevice_t,
+    u: *mut nvmlUtilization_t,
+) -> nvmlReturn_t {
     device("nvmlDeviceGetUtilizationRates", handle, |d| {
         put(
             u,
@@ -229,12 +273,20 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(handle: nvmlDevice_t, u: 
 }
 
 fn memory_used(d: &scenario::Device) -> u64 {
-    d.memory_used_bytes
-        .unwrap_or_else(|| (512 << 20) + d.processes.iter().filter_map(|p| p.used_memory_bytes).sum::<u64>())
+    d.memory_used_bytes.unwrap_or_else(|| {
+        (512 << 20)
+            + d.processes
+                .iter()
+                .filter_map(|p| p.used_memory_bytes)
+                .sum::<u64>()
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(handle: nvmlDevice_t, m: *mut nvmlMemory_v2_t) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
+    handle: nvmlDevice_t,
+    m: *mut nvmlMemory_v2_t,
+) -> nvmlReturn_t {
     device("nvmlDeviceGetMemoryInfo_v2", handle, |d| {
         if m.is_null() {
             return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
@@ -253,7 +305,10 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(handle: nvmlDevice_t, m: *mu
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(handle: nvmlDevice_t, m: *mut nvmlMemory_t) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
+    handle: nvmlDevice_t,
+    m: *mut nvmlMemory_t,
+) -> nvmlReturn_t {
     device("nvmlDeviceGetMemoryInfo", handle, |d| {
         let used = memory_used(d).min(d.memory_total_bytes);
         put(
@@ -268,38 +323,71 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(handle: nvmlDevice_t, m: *mut n
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetTemperature(handle: nvmlDevice_t, _sensor: c_uint, t: *mut c_uint) -> nvmlReturn_t {
-    device("nvmlDeviceGetTemperature", handle, |d| put(t, d.temperature))
+pub unsafe extern "C" fn nvmlDeviceGetTemperature(
+    handle: nvmlDevice_t,
+    _sensor: c_uint,
+    t: *mut c_uint,
+) -> nvmlReturn_t {
+    device("nvmlDeviceGetTemperature", handle, |d| {
+        put(t, d.temperature)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(handle: nvmlDevice_t, p: *mut c_uint) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(
+    handle: nvmlDevice_t,
+    p: *mut c_uint,
+) -> nvmlReturn_t {
     device("nvmlDeviceGetPowerUsage", handle, |d| put(p, d.power_mw))
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetEnforcedPowerLimit(handle: nvmlDevice_t, p: *mut c_uint) -> nvmlReturn_t {
-    device("nvmlDeviceGetEnforcedPowerLimit", handle, |d| put(p, d.power_limit_mw))
+pub unsafe extern "C" fn nvmlDeviceGetEnforcedPowerLimit(
+    handle: nvmlDevice_t,
+    p: *mut c_uint,
+) -> nvmlReturn_t {
+    device("nvmlDeviceGetEnforcedPowerLimit", handle, |d| {
+        put(p, d.power_limit_mw)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetPowerManagementLimit(handle: nvmlDevice_t, p: *mut c_uint) -> nvmlReturn_t {
-    device("nvmlDeviceGetPowerManagementLimit", handle, |d| put(p, d.power_limit_mw))
+pub unsafe extern "C" fn nvmlDeviceGetPowerManagementLimit(
+    handle: nvmlDevice_t,
+    p: *mut c_uint,
+) -> nvmlReturn_t {
+    device("nvmlDeviceGetPowerManagementLimit", handle, |d| {
+        put(p, d.power_limit_mw)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetClockInfo(handle: nvmlDevice_t, _clock: c_uint, c: *mut c_uint) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetClockInfo(
+    handle: nvmlDevice_t,
+    _clock: c_uint,
+    c: *mut c_uint,
+) -> nvmlReturn_t {
     device("nvmlDeviceGetClockInfo", handle, |d| put(c, d.sm_clock_mhz))
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksThrottleReasons(handle: nvmlDevice_t, r: *mut c_ulonglong) -> nvmlReturn_t {
-    device("nvmlDeviceGetCurrentClocksThrottleReasons", handle, |d| put(r, d.clocks_event_reasons))
+pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksThrottleReasons(
+    handle: nvmlDevice_t,
+    r: *mut c_ulonglong,
+) -> nvmlReturn_t {
+    device("nvmlDeviceGetCurrentClocksThrottleReasons", handle, |d| {
+        put(r, d.clocks_event_reasons)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksEventReasons(handle: nvmlDevice_t, r: *mut c_ulonglong) -> nvmlReturn_t {
-    device("nvmlDeviceGetCurrentClocksEventReasons", handle, |d| put(r, d.clocks_event_reasons))
+pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksEventReasons(
+    handle: nvmlDevice_t,
+    r: *mut c_ulonglong,
+) -> nvmlReturn_t {
+    device("nvmlDeviceGetCurrentClocksEventReasons", handle, |d| {
+        put(r, d.clocks_event_reasons)
+    })
 }
 
 /// The NVML list contract: with too small a buffer (or none), set `count` to the size needed
@@ -323,7 +411,12 @@ where
     OK
 }
 
-unsafe fn running(d: &scenario::Device, graphics: bool, count: *mut c_uint, out: *mut nvmlProcessInfo_t) -> nvmlReturn_t {
+unsafe fn running(
+    d: &scenario::Device,
+    graphics: bool,
+    count: *mut c_uint,
+    out: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
     let items: Vec<nvmlProcessInfo_t> = d
         .processes
         .iter()
@@ -344,7 +437,9 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
     count: *mut c_uint,
     out: *mut nvmlProcessInfo_t,
 ) -> nvmlReturn_t {
-    device("nvmlDeviceGetComputeRunningProcesses_v3", handle, |d| running(d, false, count, out))
+    device("nvmlDeviceGetComputeRunningProcesses_v3", handle, |d| {
+        running(d, false, count, out)
+    })
 }
 
 #[no_mangle]
@@ -353,7 +448,9 @@ pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v3(
     count: *mut c_uint,
     out: *mut nvmlProcessInfo_t,
 ) -> nvmlReturn_t {
-    device("nvmlDeviceGetGraphicsRunningProcesses_v3", handle, |d| running(d, true, count, out))
+    device("nvmlDeviceGetGraphicsRunningProcesses_v3", handle, |d| {
+        running(d, true, count, out)
+    })
 }
 
 /// How much sample history the fake driver keeps (real drivers keep a few seconds).
@@ -361,7 +458,11 @@ const SAMPLE_HISTORY: Duration = Duration::from_secs(10);
 
 /// Samples of one device newer than `last_seen` (µs since the epoch), one per process per
 /// `sample_period_ms`, on a grid aligned to the period.
-pub fn samples_since(d: &scenario::Device, last_seen: u64, now_us: u64) -> Vec<nvmlProcessUtilizationSample_t> {
+pub fn samples_since(
+    d: &scenario::Device,
+    last_seen: u64,
+    now_us: u64,
+) -> Vec<nvmlProcessUtilizationSample_t> {
     let oldest = now_us.saturating_sub(SAMPLE_HISTORY.as_micros() as u64);
     let mut out = Vec::new();
     for p in &d.processes {
@@ -453,6 +554,9 @@ mod tests {
         assert_eq!(unsafe { fill(&items, &mut count, buf.as_mut_ptr()) }, OK);
         assert_eq!((count, &buf[..3]), (3, &items[..]));
         let mut count: c_uint = 0;
-        assert_eq!(unsafe { fill::<u32>(&[], &mut count, std::ptr::null_mut()) }, OK);
+        assert_eq!(
+            unsafe { fill::<u32>(&[], &mut count, std::ptr::null_mut()) },
+            OK
+        );
     }
 }

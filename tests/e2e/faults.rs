@@ -1,0 +1,158 @@
+//! Faults: each source degrades alone, says why, and loses nothing the others can still tell.
+mod support;
+
+use serde_json::json;
+use std::os::unix::process::CommandExt;
+use support::*;
+
+fn one_gpu(pid: u32) -> serde_json::Value {
+    json!({"devices": [{"uuid": "GPU-f", "processes": [{"pid": pid, "used_memory_bytes": 2 * GIB, "sm_util": 50}]}]})
+}
+
+#[test]
+fn without_nvml_containers_are_still_listed() {
+    require_root();
+    let c = Container::start(&unique("nonvml"), &[], "sleep 3600");
+    let run = snapshot(
+        &json!({}),
+        &["--nvml-lib", "/nonexistent/libnvidia-ml.so.1"],
+    );
+    assert!(run.status.success(), "{}", run.stderr);
+    let nvml = &run.json["sources"]["nvml"];
+    assert_eq!(nvml["up"], false);
+    assert!(
+        nvml["detail"]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent/libnvidia-ml.so.1"),
+        "{nvml}"
+    );
+    assert!(
+        run.stderr.contains("GPU source unavailable"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.json["gpus"], json!([]));
+    let w = workload(&run.json, &format!("docker:{}", c.id));
+    assert_eq!(w["name"], c.name);
+    assert!(w["memory"]["usage_bytes"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn nvml_init_failure_and_per_call_errors_are_reported() {
+    require_root();
+    let run = snapshot(
+        &json!({"init_error": "DRIVER_NOT_LOADED"}),
+        &["--no-docker"],
+    );
+    assert!(run.status.success());
+    let detail = run.json["sources"]["nvml"]["detail"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(detail.contains("driver"), "{detail}");
+
+    let run = snapshot(
+        &json!({"devices": [
+            {"uuid": "GPU-a", "errors": {"nvmlDeviceGetTemperature": "UNKNOWN", "nvmlDeviceGetPowerUsage": "NOT_SUPPORTED"}},
+            {"uuid": "GPU-b", "lost": true}
+        ]}),
+        &["--no-docker"],
+    );
+    let g = &run.json["gpus"];
+    assert_eq!(g[0]["temperature_celsius"], serde_json::Value::Null);
+    assert!(g[0]["errors"]["temperature"].is_string(), "{:#}", g[0]);
+    assert_eq!(g[0]["power_watts"], serde_json::Value::Null);
+    assert!(
+        g[0]["errors"].get("power").is_none(),
+        "NotSupported is absence, not an error"
+    );
+    assert_eq!(g[0]["utilization_gpu_percent"], 0);
+    assert_eq!(g[1]["lost"], true);
+    assert!(
+        run.json["internal_events"]["nvml_call_failed"]
+            .as_u64()
+            .unwrap()
+            >= 2
+    );
+}
+
+fn assert_cgroup_only(run: &Run, c: &Container, why: &str) {
+    let docker = &run.json["sources"]["docker"];
+    assert_eq!(docker["up"], false);
+    assert!(docker["detail"].as_str().unwrap().contains(why), "{docker}");
+    assert!(
+        run.stderr.contains("identifying containers by cgroup only"),
+        "{}",
+        run.stderr
+    );
+    // Still attributed to the right container, from the cgroup path alone.
+    let w = workload(&run.json, &format!("docker:{}", c.id));
+    assert_eq!(w["name"], &c.id[..12]);
+    assert_eq!(w["container"], serde_json::Value::Null);
+    assert_eq!(w["gpu"]["memory_bytes"], 2 * GIB);
+}
+
+#[test]
+fn docker_socket_missing_gives_cgroup_only_identities() {
+    require_root();
+    let c = Container::start(&unique("nosock"), &[], "sleep 3600");
+    let run = snapshot(
+        &one_gpu(c.pid),
+        &["--docker-socket", "/nonexistent/docker.sock"],
+    );
+    assert!(run.status.success(), "{}", run.stderr);
+    assert_cgroup_only(&run, &c, "/nonexistent/docker.sock");
+}
+
+#[test]
+fn docker_socket_refused_gives_cgroup_only_identities() {
+    require_root();
+    let c = Container::start(&unique("refused"), &[], "sleep 3600");
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("docker.sock");
+    // A socket file nobody listens on: connecting is refused.
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    let run = snapshot(
+        &one_gpu(c.pid),
+        &["--docker-socket", sock.to_str().unwrap()],
+    );
+    assert!(run.status.success(), "{}", run.stderr);
+    assert_cgroup_only(&run, &c, sock.to_str().unwrap());
+}
+
+#[test]
+fn without_bpf_capabilities_stall_tracing_is_off_and_says_why() {
+    require_root();
+    let c = Container::start(&unique("nocaps"), &[], "sleep 3600");
+    let run = snapshot_with(&one_gpu(c.pid), &[], |cmd| {
+        // SAFETY: only async-signal-safe prctl calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                for cap in [21, 38, 39] {
+                    // CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF out of the bounding set: root's exec
+                    // then gets none of them.
+                    if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+    });
+    assert!(run.status.success(), "{}", run.stderr);
+    let ebpf = &run.json["sources"]["ebpf"];
+    assert_eq!(ebpf["up"], false);
+    let detail = ebpf["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("stall tracing unavailable")
+            && detail.contains("CAP_BPF")
+            && detail.contains("CAP_PERFMON"),
+        "{detail}"
+    );
+    assert!(run.stderr.contains("CAP_BPF"), "{}", run.stderr);
+    // Everything else still works.
+    let w = workload(&run.json, &format!("docker:{}", c.id));
+    assert_eq!(w["gpu"]["memory_bytes"], 2 * GIB);
+    assert_eq!(w["sched"], serde_json::Value::Null);
+}

@@ -1,0 +1,247 @@
+//! Helpers for the end-to-end tests: a real Docker engine, an image built offline, real
+//! processes, the fake NVML library and the real `gpuwatch` binary.
+//!
+//! These tests need root and a running dockerd (`cargo xtask test` sets both up). A missing
+//! prerequisite is a failure with a message, never a silent skip.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Once;
+
+pub const IMAGE: &str = "gpuwatch-test/busybox:1";
+pub const GIB: u64 = 1 << 30;
+
+pub fn require_root() {
+    // SAFETY: no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "the end-to-end tests need root (eBPF, cgroups, Docker): run `sudo cargo xtask test`"
+    );
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+pub fn docker(args: &[&str]) -> String {
+    let out = run(Command::new("docker").args(args));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Builds the test image offline: a busybox-static rootfs imported with `docker import`
+/// (there is no registry to pull from).
+pub fn ensure_image() {
+    static BUILD: Once = Once::new();
+    BUILD.call_once(|| {
+        let present = Command::new("docker")
+            .args(["image", "inspect", IMAGE])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if present {
+            return;
+        }
+        let busybox = Path::new("/bin/busybox");
+        assert!(
+            busybox.exists(),
+            "/bin/busybox missing: `cargo xtask setup` installs busybox-static"
+        );
+        let root = tempfile::tempdir().expect("tempdir");
+        let bin = root.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        for d in ["tmp", "etc", "proc", "sys", "dev"] {
+            std::fs::create_dir_all(root.path().join(d)).unwrap();
+        }
+        std::fs::copy(busybox, bin.join("busybox")).unwrap();
+        let list = run(Command::new(busybox).arg("--list"));
+        for applet in String::from_utf8_lossy(&list.stdout).lines() {
+            let _ = std::os::unix::fs::symlink("busybox", bin.join(applet));
+        }
+        let tar = root.path().join("rootfs.tar");
+        run(Command::new("tar")
+            .arg("-C")
+            .arg(root.path())
+            .arg("-cf")
+            .arg(&tar)
+            .args(["bin", "tmp", "etc", "proc", "sys", "dev"]));
+        docker(&[
+            "import",
+            "--change",
+            "ENV PATH=/bin",
+            tar.to_str().unwrap(),
+            IMAGE,
+        ]);
+    });
+}
+
+/// A running container, removed on drop.
+pub struct Container {
+    pub id: String,
+    pub name: String,
+    /// Host PID of the container's main process.
+    pub pid: u32,
+}
+
+impl Container {
+    pub fn start(name: &str, labels: &[(&str, &str)], script: &str) -> Self {
+        ensure_image();
+        let _ = Command::new("docker").args(["rm", "-f", name]).output();
+        let mut args: Vec<String> = vec!["run".into(), "-d".into(), "--name".into(), name.into()];
+        for (k, v) in labels {
+            args.push("--label".into());
+            args.push(format!("{k}={v}"));
+        }
+        args.extend([IMAGE.to_owned(), "sh".into(), "-c".into(), script.into()]);
+        let id = docker(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        let pid = docker(&["inspect", "-f", "{{.State.Pid}}", &id])
+            .parse()
+            .expect("a PID");
+        Self {
+            id,
+            name: name.to_owned(),
+            pid,
+        }
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = Command::new("docker").args(["rm", "-f", &self.id]).output();
+    }
+}
+
+/// A name unique to this test run (containers left by an aborted run do not collide).
+pub fn unique(name: &str) -> String {
+    format!("gpuwatch-e2e-{name}-{}", std::process::id())
+}
+
+/// A process of this host outside any container: moved into the root cgroup of every hierarchy.
+pub struct HostProcess(pub Child);
+
+impl HostProcess {
+    pub fn spawn() -> Self {
+        let child = Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id().to_string();
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        for line in mountinfo.lines() {
+            let Some((left, right)) = line.split_once(" - ") else {
+                continue;
+            };
+            if !(right.starts_with("cgroup ") || right.starts_with("cgroup2 ")) {
+                continue;
+            }
+            let mount = left.split(' ').nth(4).unwrap();
+            let procs = Path::new(mount).join("cgroup.procs");
+            std::fs::write(&procs, &pid)
+                .unwrap_or_else(|e| panic!("moving {pid} to {}: {e}", procs.display()));
+        }
+        Self(child)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The PID of a process that has already exited.
+pub fn dead_pid() -> u32 {
+    let mut c = Command::new("true").spawn().unwrap();
+    let pid = c.id();
+    c.wait().unwrap();
+    pid
+}
+
+pub fn fake_nvml_lib() -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let lib = dir.join("libnvidia_ml_fake.so");
+    assert!(
+        lib.exists(),
+        "{} missing: build it with `cargo build -p fake-nvml` (`cargo xtask test` does)",
+        lib.display()
+    );
+    lib
+}
+
+pub struct Run {
+    pub status: std::process::ExitStatus,
+    pub json: Value,
+    pub stderr: String,
+}
+
+/// Runs `gpuwatch snapshot --json` with the fake NVML reading `scenario`.
+pub fn snapshot(scenario: &Value, extra: &[&str]) -> Run {
+    snapshot_with(scenario, extra, |_| {})
+}
+
+pub fn snapshot_with(scenario: &Value, extra: &[&str], tweak: impl FnOnce(&mut Command)) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("scenario.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(scenario).unwrap()).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuwatch"));
+    // Through the environment, so a test's own --nvml-lib wins.
+    cmd.args(["snapshot", "--json", "--window", "1s", "--log", "info"])
+        .args(extra)
+        .env("GPUWATCH_NVML_LIB", fake_nvml_lib())
+        .env("FAKE_NVML_SCENARIO", &path)
+        .env("NO_COLOR", "1");
+    tweak(&mut cmd);
+    let out = cmd.output().expect("run gpuwatch");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "gpuwatch printed no JSON ({e}); status {}; stderr:\n{stderr}\nstdout:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    Run {
+        status: out.status,
+        json,
+        stderr,
+    }
+}
+
+/// The workload with this id (`docker:<id>`, `host:host`, ...).
+pub fn workload<'a>(snap: &'a Value, id: &str) -> &'a Value {
+    snap["workloads"]
+        .as_array()
+        .expect("workloads array")
+        .iter()
+        .find(|w| w["id"] == id)
+        .unwrap_or_else(|| panic!("no workload {id} in {:#}", snap["workloads"]))
+}
+
+pub fn gpu_process(snap: &Value, gpu: usize, pid: u32) -> &Value {
+    snap["gpus"][gpu]["processes"]
+        .as_array()
+        .expect("processes array")
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .unwrap_or_else(|| panic!("no pid {pid} on GPU {gpu} in {:#}", snap["gpus"][gpu]))
+}
