@@ -79,11 +79,13 @@ impl ProcessTable {
         let round = self.round;
         let proc_root = &self.proc_root;
         let fresh = self.entries.get(&pid).is_some_and(|e| {
-            // present in the previous round (or already this one), read recently, and still
-            // alive (one stat: an exit between rounds must not be served from the cache)
-            e.seen_round + 1 >= round
-                && round - e.read_round < self.revalidate_after
-                && proc_root.join(pid.to_string()).exists()
+            // Already confirmed this round (a process on several GPUs), or present in the
+            // previous round, read recently and still alive (one stat: an exit between rounds
+            // must not be served from the cache).
+            e.seen_round == round
+                || (e.seen_round + 1 == round
+                    && round - e.read_round < self.revalidate_after
+                    && proc_root.join(pid.to_string()).exists())
         });
         if !fresh {
             self.proc_reads += 1;

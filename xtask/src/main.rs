@@ -31,6 +31,11 @@ enum Task {
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// Run the criterion benchmarks (one sampling round at 8 GPUs × 200 processes).
+    Bench {
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
     /// Set up, build the release binary and run it with these arguments (default: `snapshot`).
     Run {
         #[arg(last = true)]
@@ -44,6 +49,15 @@ fn main() -> Result<()> {
         Task::Test { no_lint, args } => {
             setup::run()?;
             test(no_lint, &args)
+        }
+        Task::Bench { args } => {
+            cargo(&["build", "--release", "-p", "fake-nvml"])?;
+            let mut a = vec!["bench", "-p", "gpuwatch"];
+            if !args.is_empty() {
+                a.push("--");
+                a.extend(args.iter().map(String::as_str));
+            }
+            cargo(&a)
         }
         Task::Run { args } => {
             setup::run()?;

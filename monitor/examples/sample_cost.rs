@@ -1,0 +1,188 @@
+//! CPU time per sampling round, on a real host: `sample_cost [--rounds N] [--interval-ms MS]
+//! [--nvml-lib PATH] [--docker] [--no-ebpf]`.
+//!
+//! Runs N rounds of the GPU source alone, then N full rounds (GPU + attribution + cgroup files +
+//! probe map), at the given interval, and prints a table of the sampling thread's CPU time per
+//! round. Built in release and carried to the GPU machine (it has no cargo).
+use gpuwatch::agent::{Agent, AgentConfig};
+use gpuwatch::events::EventCounters;
+use gpuwatch::sampler::SamplerConfig;
+use gpuwatch::sources::docker::DockerSourceConfig;
+use gpuwatch::sources::gpu::{GpuSource, GpuSourceConfig};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer to a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+struct Stats {
+    cpu_ms: Vec<f64>,
+    wall_ms: Vec<f64>,
+}
+
+impl Stats {
+    fn row(&mut self, name: &str) -> String {
+        let pct = |v: &mut Vec<f64>, p: f64| {
+            v.sort_by(f64::total_cmp);
+            v[((v.len() - 1) as f64 * p).round() as usize]
+        };
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        let (cm, wm) = (mean(&self.cpu_ms), mean(&self.wall_ms));
+        format!(
+            "{name:<28} {:>6} {:>10.3} {:>10.3} {:>10.3} {:>10.3}",
+            self.cpu_ms.len(),
+            cm,
+            pct(&mut self.cpu_ms, 0.5),
+            pct(&mut self.cpu_ms, 0.99),
+            wm
+        )
+    }
+}
+
+fn measure(rounds: usize, interval: Duration, mut f: impl FnMut()) -> Stats {
+    f(); // warm-up: first NVML calls and /proc reads
+    let mut s = Stats {
+        cpu_ms: Vec::new(),
+        wall_ms: Vec::new(),
+    };
+    for _ in 0..rounds {
+        let (c0, w0) = (thread_cpu(), Instant::now());
+        f();
+        s.cpu_ms.push((thread_cpu() - c0).as_secs_f64() * 1e3);
+        let wall = w0.elapsed();
+        s.wall_ms.push(wall.as_secs_f64() * 1e3);
+        std::thread::sleep(interval.saturating_sub(wall));
+    }
+    s
+}
+
+fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let mut per_call_mode = false;
+    let (mut rounds, mut interval_ms, mut lib, mut docker, mut probes) =
+        (30usize, 1000u64, None, false, true);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--rounds" => rounds = args.next().unwrap_or_default().parse()?,
+            "--interval-ms" => interval_ms = args.next().unwrap_or_default().parse()?,
+            "--nvml-lib" => lib = args.next().map(Into::into),
+            "--docker" => docker = true,
+            "--no-ebpf" => probes = false,
+            "--per-call" => per_call_mode = true,
+            other => anyhow::bail!("unknown argument {other}"),
+        }
+    }
+    if per_call_mode {
+        return per_call(lib, rounds, interval_ms);
+    }
+    let interval = Duration::from_millis(interval_ms);
+    let gpu_config = GpuSourceConfig { lib_path: lib };
+
+    let mut gpu = GpuSource::open(&gpu_config, Arc::new(EventCounters::default()))?;
+    let mut procs = 0;
+    let mut gpu_only = measure(rounds, interval, || {
+        procs = gpu.collect().iter().map(|d| d.processes.len()).sum()
+    });
+    let devices = gpu.device_count();
+    drop(gpu);
+
+    let config = AgentConfig {
+        sampler: SamplerConfig {
+            gpu: Some(gpu_config),
+            probes,
+            ..SamplerConfig::default()
+        },
+        docker: docker.then(DockerSourceConfig::default),
+    };
+    let mut agent = Agent::start(&config, Duration::from_secs(3))?;
+    let mut workloads = 0;
+    let mut full = measure(rounds, interval, || {
+        workloads = agent.sampler.round().workloads.len()
+    });
+
+    println!("{devices} GPU(s), {procs} GPU process(es), {workloads} workload(s), interval {interval_ms} ms");
+    println!(
+        "{:<28} {:>6} {:>10} {:>10} {:>10} {:>10}",
+        "phase", "rounds", "cpu ms", "cpu p50", "cpu p99", "wall ms"
+    );
+    println!("{}", gpu_only.row("NVML queries only"));
+    println!("{}", full.row("full round (+attribution)"));
+    Ok(())
+}
+
+/// Mean wall time of each NVML call the GPU source makes, through nvml-wrapper (which sizes list
+/// calls with an extra call), to see where a round's time goes.
+fn per_call(
+    lib: Option<std::path::PathBuf>,
+    rounds: usize,
+    interval_ms: u64,
+) -> anyhow::Result<()> {
+    use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
+    let mut b = nvml_wrapper::Nvml::builder();
+    if let Some(l) = &lib {
+        b.lib_path(l.as_os_str());
+    }
+    let nvml = b.init()?;
+    let d = nvml.device_by_index(0)?;
+    let mut totals: Vec<(&str, f64, usize)> = Vec::new();
+    let mut time = |name: &'static str, f: &mut dyn FnMut() -> bool| {
+        let t = Instant::now();
+        let ok = f();
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        match totals.iter_mut().find(|e| e.0 == name) {
+            Some(e) => {
+                e.1 += us;
+                e.2 += 1
+            }
+            None => totals.push((name, us, 1)),
+        }
+        ok
+    };
+    let start_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_micros() as u64;
+    for _ in 0..rounds {
+        time("device_by_index", &mut || nvml.device_by_index(0).is_ok());
+        time("utilization_rates", &mut || d.utilization_rates().is_ok());
+        time("memory_info", &mut || d.memory_info().is_ok());
+        time("temperature", &mut || {
+            d.temperature(TemperatureSensor::Gpu).is_ok()
+        });
+        time("power_usage", &mut || d.power_usage().is_ok());
+        time("enforced_power_limit", &mut || {
+            d.enforced_power_limit().is_ok()
+        });
+        time("clock_info(SM)", &mut || d.clock_info(Clock::SM).is_ok());
+        time("current_throttle_reasons", &mut || {
+            d.current_throttle_reasons().is_ok()
+        });
+        time("running_compute_processes", &mut || {
+            d.running_compute_processes().is_ok()
+        });
+        time("running_graphics_processes", &mut || {
+            d.running_graphics_processes().is_ok()
+        });
+        time("process_utilization(last 1s)", &mut || {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |t| t.as_micros() as u64);
+            d.process_utilization_stats(now - 1_000_000).is_ok()
+        });
+        time("process_utilization(since start)", &mut || {
+            d.process_utilization_stats(start_us).is_ok()
+        });
+        std::thread::sleep(Duration::from_millis(interval_ms));
+    }
+    println!("{:<34} {:>10}", "call (nvml-wrapper)", "mean us");
+    for (name, total, n) in totals {
+        println!("{name:<34} {:>10.1}", total / n as f64);
+    }
+    Ok(())
+}
