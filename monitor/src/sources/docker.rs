@@ -6,6 +6,7 @@
 //! retries with back-off and re-lists on reconnect. Samplers only ever read the cache: Docker
 //! metadata never costs a request per round.
 use crate::events::{EventCounters, InternalEvent};
+use bollard::models::ContainerInspectResponse;
 use bollard::query_parameters::{EventsOptions, InspectContainerOptions, ListContainersOptions};
 use bollard::Docker;
 use futures_util::StreamExt;
@@ -302,19 +303,23 @@ async fn inspect(
     docker: &Docker,
     id: &str,
 ) -> Result<Option<ContainerInfo>, bollard::errors::Error> {
-    let r = match docker
+    match docker
         .inspect_container(id, None::<InspectContainerOptions>)
         .await
     {
-        Ok(r) => r,
+        Ok(r) => Ok(container_info(r, id)),
         Err(bollard::errors::Error::DockerResponseServerError {
             status_code: 404, ..
-        }) => return Ok(None),
-        Err(e) => return Err(e),
-    };
+        }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// What the agent keeps of an inspect response; `None` unless the container is running.
+pub fn container_info(r: ContainerInspectResponse, id: &str) -> Option<ContainerInfo> {
     let state = r.state.unwrap_or_default();
     if state.running != Some(true) {
-        return Ok(None);
+        return None;
     }
     let config = r.config.unwrap_or_default();
     let labels = config.labels.unwrap_or_default();
@@ -337,7 +342,7 @@ async fn inspect(
             capabilities: d.capabilities.unwrap_or_default(),
         })
         .collect();
-    Ok(Some(ContainerInfo {
+    Some(ContainerInfo {
         id: r.id.unwrap_or_else(|| id.to_owned()),
         name: r
             .name
@@ -354,5 +359,81 @@ async fn inspect(
             .filter(|p| *p > 0),
         gpu_device_requests,
         labels,
-    }))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bollard::models::{ContainerConfig, ContainerState, DeviceRequest, HostConfig};
+
+    fn response(running: bool, requests: Vec<DeviceRequest>) -> ContainerInspectResponse {
+        ContainerInspectResponse {
+            id: Some("abc".into()),
+            name: Some("/trainer".into()),
+            image: Some("sha256:1234".into()),
+            state: Some(ContainerState {
+                running: Some(running),
+                pid: Some(4242),
+                started_at: Some("2026-11-29T10:00:00Z".into()),
+                ..Default::default()
+            }),
+            config: Some(ContainerConfig {
+                image: Some("ultralytics/yolo:latest".into()),
+                labels: Some(HashMap::from([
+                    (COMPOSE_PROJECT_LABEL.to_owned(), "vision".to_owned()),
+                    (COMPOSE_SERVICE_LABEL.to_owned(), "train".to_owned()),
+                ])),
+                ..Default::default()
+            }),
+            host_config: Some(HostConfig {
+                device_requests: Some(requests),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn keeps_identity_compose_labels_and_gpu_requests() {
+        let gpus = DeviceRequest {
+            driver: Some("nvidia".into()),
+            count: Some(-1),
+            device_ids: None,
+            capabilities: Some(vec![vec!["gpu".into()]]),
+            options: None,
+        };
+        let by_id = DeviceRequest {
+            driver: None,
+            count: None,
+            device_ids: Some(vec!["GPU-1".into()]),
+            capabilities: Some(vec![vec!["gpu".into(), "utility".into()]]),
+            options: None,
+        };
+        let other = DeviceRequest {
+            driver: Some("fpga".into()),
+            ..Default::default()
+        };
+        let info = container_info(response(true, vec![gpus, by_id, other]), "abc").unwrap();
+        assert_eq!(info.name, "trainer");
+        assert_eq!(info.image, "ultralytics/yolo:latest");
+        assert_eq!(info.compose_project.as_deref(), Some("vision"));
+        assert_eq!(info.compose_service.as_deref(), Some("train"));
+        assert_eq!(info.init_pid, Some(4242));
+        assert_eq!(
+            info.gpu_device_requests.len(),
+            2,
+            "the fpga request is not a GPU"
+        );
+        assert_eq!(info.gpu_device_requests[0].count, Some(-1));
+        assert_eq!(
+            info.gpu_device_requests[1].device_ids,
+            vec!["GPU-1".to_owned()]
+        );
+    }
+
+    #[test]
+    fn stopped_containers_are_not_kept() {
+        assert!(container_info(response(false, vec![]), "abc").is_none());
+    }
 }
