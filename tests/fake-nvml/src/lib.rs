@@ -469,7 +469,7 @@ pub fn samples_since(
         let Some(sm) = p.sm_util else { continue };
         let period = p.sample_period_ms.max(1) * 1000;
         let mut ts = now_us - now_us % period;
-        while ts > last_seen && ts >= oldest {
+        while ts > last_seen && ts > oldest {
             out.push(nvmlProcessUtilizationSample_t {
                 pid: p.pid,
                 timeStamp: ts,
