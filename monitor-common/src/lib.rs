@@ -7,7 +7,8 @@
 /// its thread-group id (the userspace PID).
 ///
 /// Both are kept: on a hybrid host `bpf_get_current_cgroup_id()` sees only the unified hierarchy,
-/// so userspace resolves the tgid through `/proc/<tgid>/cgroup` when the id alone is ambiguous.
+/// so userspace can resolve the tgid through `/proc/<tgid>/cgroup` when the id alone is
+/// ambiguous.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct TaskKey {
@@ -17,39 +18,160 @@ pub struct TaskKey {
     pub pad: u32,
 }
 
-/// Scheduler counters for one [`TaskKey`], summed per CPU by the kernel program.
+/// Thread-state time of one task (all its threads), summed per CPU. Intervals are charged when
+/// they end (at the next switch or wakeup of the thread).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SchedCounts {
-    /// Times a thread of this task was switched off a CPU.
+pub struct TaskTimes {
+    /// Running on a CPU.
+    pub on_cpu_ns: u64,
+    /// Runnable, waiting in a run queue (preempted, or woken and not yet running).
+    pub runq_ns: u64,
+    /// Uninterruptible sleep (D): disk and other I/O waits.
+    pub blocked_ns: u64,
+    /// Interruptible sleep (S): waiting for an event, a lock, a queue, a timer.
+    pub sleep_ns: u64,
+    /// Times a thread was switched off a CPU.
     pub switches: u64,
-    /// Of those, switches out in uninterruptible sleep (TASK_UNINTERRUPTIBLE, "D": usually I/O).
+    /// Of those, switches out into D state.
     pub blocked_switches: u64,
 }
 
-/// Maximum number of (cgroup, tgid) entries in the scheduler map (an LRU map: the least recently
-/// updated entry is evicted when full, which userspace detects as a counter going backwards).
-pub const SCHED_MAP_ENTRIES: u32 = 16_384;
+/// Number of log2 latency buckets: bucket `i` counts latencies in [2^i, 2^(i+1)) µs, bucket 0
+/// also everything under 1 µs, the last one everything above.
+pub const LATENCY_BUCKETS: usize = 20;
 
+/// Count, bytes and latency of a kind of operation (read syscalls, disk requests).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoStats {
+    pub count: u64,
+    pub bytes: u64,
+    pub total_ns: u64,
+    pub hist: [u64; LATENCY_BUCKETS],
+}
+
+/// The log2-µs bucket of a latency, without loops (the verifier counts every instruction).
+#[inline(always)]
+pub fn latency_bucket(ns: u64) -> usize {
+    let mut us = ns / 1_000;
+    let mut b = 0usize;
+    if us >= 1 << 16 {
+        us >>= 16;
+        b += 16;
+    }
+    if us >= 1 << 8 {
+        us >>= 8;
+        b += 8;
+    }
+    if us >= 1 << 4 {
+        us >>= 4;
+        b += 4;
+    }
+    if us >= 1 << 2 {
+        us >>= 2;
+        b += 2;
+    }
+    if us >= 1 << 1 {
+        b += 1;
+    }
+    if b >= LATENCY_BUCKETS {
+        LATENCY_BUCKETS - 1
+    } else {
+        b
+    }
+}
+
+/// Where the kernel keeps a tracked thread between events.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadState {
+    pub since_ns: u64,
+    pub cgroup_id: u64,
+    pub tgid: u32,
+    /// One of the `thread_state` constants.
+    pub state: u32,
+}
+
+pub mod thread_state {
+    pub const ON_CPU: u32 = 0;
+    pub const RUNQ: u32 = 1;
+    pub const BLOCKED: u32 = 2;
+    pub const SLEEP: u32 = 3;
+}
+
+/// A block request in flight, keyed by device and sector.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RequestKey {
+    pub sector: u64,
+    pub dev: u32,
+    pub pad: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequestStart {
+    pub issued_ns: u64,
+    pub task: TaskKey,
+    pub bytes: u64,
+}
+
+/// Maximum number of (cgroup, tgid) entries in each per-task map (LRU: the least recently
+/// updated entry is evicted when full; userspace sees a counter go backwards and counts it).
+pub const TASK_MAP_ENTRIES: u32 = 16_384;
+/// Maximum number of threads tracked at once.
+pub const THREAD_MAP_ENTRIES: u32 = 65_536;
+/// Maximum number of block requests in flight tracked at once.
+pub const REQUEST_MAP_ENTRIES: u32 = 16_384;
 /// Maximum number of cgroups the kernel filter can watch.
 pub const WATCHED_CGROUP_ENTRIES: u32 = 4_096;
 
 /// Indices into the per-CPU `PROBE_STATS` array: the kernel side's own failure counters.
 pub mod probe_stat {
-    /// A map update failed (should not happen with LRU maps; counted, never silent).
+    /// A map update failed (full non-LRU map, or a race).
     pub const MAP_UPDATE_FAILED: u32 = 0;
     /// Reading a tracepoint field failed.
     pub const FIELD_READ_FAILED: u32 = 1;
+    /// A syscall exit or request completion without its start (started before tracing, or
+    /// evicted from the LRU start map).
+    pub const UNMATCHED_END: u32 = 2;
     /// Number of counters.
-    pub const COUNT: u32 = 2;
+    pub const COUNT: u32 = 3;
 }
 
-/// `TASK_UNINTERRUPTIBLE` as reported in `sched_switch`'s `prev_state` (TASK_REPORT bits).
+/// `prev_state` bits in `sched_switch` (TASK_REPORT): uninterruptible.
 pub const TASK_UNINTERRUPTIBLE: u64 = 0x2;
+/// The task is exiting (EXIT_DEAD, EXIT_ZOMBIE as reported).
+pub const TASK_EXITING: u64 = 0x10 | 0x20;
+/// The report mask: a `prev_state` with none of these bits is runnable (preempted).
+pub const TASK_REPORT_MASK: u64 = 0xff;
 
 #[cfg(feature = "user")]
 mod user {
     // SAFETY: plain-old-data `#[repr(C)]` structs of integers with explicit padding.
     unsafe impl aya::Pod for super::TaskKey {}
-    unsafe impl aya::Pod for super::SchedCounts {}
+    unsafe impl aya::Pod for super::TaskTimes {}
+    unsafe impl aya::Pod for super::IoStats {}
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+
+    #[test]
+    fn buckets_are_log2_microseconds() {
+        assert_eq!(latency_bucket(0), 0);
+        assert_eq!(latency_bucket(999), 0);
+        assert_eq!(latency_bucket(1_999), 0);
+        assert_eq!(latency_bucket(2_000), 1);
+        assert_eq!(latency_bucket(3_999), 1);
+        assert_eq!(latency_bucket(4_000), 2);
+        assert_eq!(latency_bucket(1_000_000), 9); // 1 ms: [512, 1024) µs
+        assert_eq!(latency_bucket(u64::MAX), LATENCY_BUCKETS - 1);
+        for i in 0..LATENCY_BUCKETS - 1 {
+            assert_eq!(latency_bucket((1u64 << i) * 1_000), i, "{i}");
+        }
+    }
 }

@@ -5,10 +5,12 @@
 //! [`attribution`] (PID → cgroup → workload) → [`snapshot::Snapshot`] (built by
 //! [`sampler::Sampler`]) → [`output`].
 pub mod agent;
+pub mod analysis;
 pub mod attribution;
 pub mod caps;
 pub mod cgroup;
 pub mod events;
+pub mod gpu_activity;
 pub mod output;
 pub mod sampler;
 pub mod snapshot;

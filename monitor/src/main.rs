@@ -93,7 +93,7 @@ struct SnapshotArgs {
     #[arg(long)]
     json: bool,
     /// How long to sample: rates (CPU cores, SM utilisation, switches) cover this window.
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration, overrides_with = "window")]
     window: Duration,
 }
 

@@ -3,18 +3,20 @@
 //! Data flows one way: sources → attribution → snapshot. Per round the cost is the NVML queries,
 //! `/proc` reads only for PIDs new to this round (see [`crate::attribution`]), a few cgroup files
 //! per workload and one walk of the probe's map; Docker metadata comes from the cache.
+use crate::analysis::{self, VerdictConfig};
 use crate::attribution::{read_process, AttributionError, ProcessTable};
 use crate::cgroup::stats::CgroupStatsPaths;
 use crate::cgroup::{classify, CgroupLayout, CgroupMembership, WorkloadId, WorkloadKind};
 use crate::events::{EventCounters, InternalEvent};
 use crate::snapshot::{
-    ContainerMeta, CpuUsage, Gpu, GpuProcess, HostInfo, MemoryUsage, SchedActivity, Snapshot,
-    SourceState, Sources, Workload, WorkloadGpu, WorkloadGpuShare, SCHEMA_VERSION,
+    ContainerMeta, CpuUsage, Gpu, GpuProcess, HostInfo, IoSummary, MemoryUsage, ProcessRole,
+    ProcessStall, Snapshot, SourceState, Sources, StallWindow, Workload, WorkloadGpu,
+    WorkloadGpuShare, SCHEMA_VERSION,
 };
 use crate::sources::docker::{ContainerInfo, DockerCache};
 use crate::sources::gpu::{GpuSource, GpuSourceConfig};
-use crate::sources::sched_probe::SchedProbe;
-use monitor_common::{SchedCounts, TaskKey};
+use crate::sources::stall_probe::{ProbeTotals, StallProbe};
+use monitor_common::{IoStats, TaskKey, TaskTimes, LATENCY_BUCKETS};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -32,6 +34,7 @@ pub struct SamplerConfig {
     pub proc_root: PathBuf,
     /// Re-read `/proc` for a PID that stayed on a GPU after this many rounds (cgroup moves).
     pub revalidate_rounds: u64,
+    pub verdict: VerdictConfig,
 }
 
 impl Default for SamplerConfig {
@@ -41,6 +44,7 @@ impl Default for SamplerConfig {
             probes: true,
             proc_root: PathBuf::from("/proc"),
             revalidate_rounds: 30,
+            verdict: VerdictConfig::default(),
         }
     }
 }
@@ -56,7 +60,7 @@ struct WorkloadCgroup {
 #[derive(Default, Clone, Copy)]
 struct Previous {
     cpu_seconds: Option<f64>,
-    sched: Option<SchedCounts>,
+    throttled_seconds: Option<f64>,
 }
 
 pub struct Sampler {
@@ -64,13 +68,16 @@ pub struct Sampler {
     host: HostInfo,
     gpu: Result<GpuSource, String>,
     docker: Option<Arc<DockerCache>>,
-    probe: Result<SchedProbe, String>,
+    probe: Result<StallProbe, String>,
     processes: ProcessTable,
     proc_root: PathBuf,
     cgroups: HashMap<WorkloadId, WorkloadCgroup>,
     previous: HashMap<WorkloadId, Previous>,
     previous_at: Option<Instant>,
-    sched_buf: HashMap<TaskKey, SchedCounts>,
+    /// The probe counters of this round and of the previous one (swapped each round).
+    totals: ProbeTotals,
+    previous_totals: Option<ProbeTotals>,
+    verdict: VerdictConfig,
     events: Arc<EventCounters>,
 }
 
@@ -97,7 +104,7 @@ impl Sampler {
             }
         }
         let probe = if config.probes {
-            SchedProbe::load(true).map_err(|e| format!("stall tracing unavailable: {e}"))
+            StallProbe::load(true).map_err(|e| format!("stall tracing unavailable: {e}"))
         } else {
             Err("stall tracing disabled".to_owned())
         };
@@ -121,7 +128,9 @@ impl Sampler {
             cgroups: HashMap::new(),
             previous: HashMap::new(),
             previous_at: None,
-            sched_buf: HashMap::new(),
+            totals: ProbeTotals::default(),
+            previous_totals: None,
+            verdict: config.verdict,
             events,
         }
     }
@@ -241,19 +250,24 @@ impl Sampler {
                     .or_insert_with(|| new_workload(id, None));
             }
         }
+        let window = window_seconds.filter(|w| *w > 0.0);
+        let mut gpu_pids: HashSet<u32> = HashSet::new();
         for gpu in &gpus {
             for p in &gpu.processes {
                 let Some(id) = &p.workload else { continue };
+                gpu_pids.insert(p.reading.pid);
                 let w = workloads
                     .entry(id.clone())
                     .or_insert_with(|| new_workload(id.clone(), None));
                 add_gpu_share(&mut w.gpu, gpu, p);
             }
         }
+        for w in workloads.values_mut() {
+            finish_gpu_shares(&mut w.gpu, window);
+        }
 
-        // 3. Cgroup counters and scheduler activity.
-        let sched_by_cgroup = self.read_probe(&workloads);
-        let window = window_seconds.filter(|w| *w > 0.0);
+        // 3. Cgroup counters and what the probes saw.
+        let probe_ok = self.read_probe(&workloads);
         for (id, w) in &mut workloads {
             let prev = self.previous.get(id).copied().unwrap_or_default();
             let mut now = Previous::default();
@@ -262,16 +276,24 @@ impl Sampler {
                 match &cg.stats {
                     Ok(paths) => match paths.read() {
                         Ok(u) => {
-                            let cores = match (prev.cpu_seconds, window) {
-                                (Some(p), Some(win)) => {
-                                    Some(((u.cpu_usage_seconds_total - p) / win).max(0.0))
-                                }
-                                _ => None,
-                            };
+                            let rate =
+                                |now: Option<f64>, before: Option<f64>| match (now, before, window)
+                                {
+                                    (Some(n), Some(b), Some(win)) => Some(((n - b) / win).max(0.0)),
+                                    _ => None,
+                                };
                             w.cpu = Some(CpuUsage {
                                 usage_seconds_total: u.cpu_usage_seconds_total,
-                                cores,
+                                cores: rate(Some(u.cpu_usage_seconds_total), prev.cpu_seconds),
+                                limit_cores: u.cpu_limit_cores,
+                                throttled_seconds_total: u.throttled_seconds_total,
+                                throttled_fraction: rate(
+                                    u.throttled_seconds_total,
+                                    prev.throttled_seconds,
+                                )
+                                .map(|f| f.min(1.0)),
                             });
+                            now.throttled_seconds = u.throttled_seconds_total;
                             w.memory = Some(MemoryUsage {
                                 usage_bytes: u.memory_bytes,
                                 limit_bytes: u.memory_limit_bytes,
@@ -288,22 +310,8 @@ impl Sampler {
                         w.errors.insert("cgroup", e.clone());
                     }
                 }
-                if let (Some(cgroup_id), Some(sched)) = (cg.cgroup_id, &sched_by_cgroup) {
-                    let total = sched.get(&cgroup_id).copied().unwrap_or_default();
-                    let delta = prev.sched.map(|p| {
-                        (
-                            total.switches.saturating_sub(p.switches),
-                            total.blocked_switches.saturating_sub(p.blocked_switches),
-                        )
-                    });
-                    w.sched = Some(SchedActivity {
-                        cgroup_id,
-                        switches_total: total.switches,
-                        blocked_switches_total: total.blocked_switches,
-                        switches: delta.map(|d| d.0),
-                        blocked_switches: delta.map(|d| d.1),
-                    });
-                    now.sched = Some(total);
+                if let (Some(cgroup_id), true) = (cg.cgroup_id, probe_ok) {
+                    w.stalls = self.stall_window(cgroup_id, &gpu_pids);
                 }
             } else {
                 w.errors.insert(
@@ -314,6 +322,11 @@ impl Sampler {
             self.previous.insert(id.clone(), now);
         }
         self.previous.retain(|id, _| workloads.contains_key(id));
+        if probe_ok {
+            let current = std::mem::take(&mut self.totals);
+            self.totals = self.previous_totals.take().unwrap_or_default();
+            self.previous_totals = Some(current);
+        }
         self.cgroups.retain(|id, _| workloads.contains_key(id));
         self.previous_at = Some(started);
 
@@ -329,6 +342,9 @@ impl Sampler {
             },
         };
         let mut workloads: Vec<Workload> = workloads.into_values().collect();
+        for w in &mut workloads {
+            w.verdict = analysis::assess(w, window, &sources.ebpf, &self.verdict);
+        }
         workloads.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
         Snapshot {
             schema_version: SCHEMA_VERSION,
@@ -363,12 +379,12 @@ impl Sampler {
         );
     }
 
-    /// Points the kernel filter at this round's workloads and reads the counters by cgroup id.
-    fn read_probe(
-        &mut self,
-        workloads: &BTreeMap<WorkloadId, Workload>,
-    ) -> Option<HashMap<u64, SchedCounts>> {
-        let probe = self.probe.as_mut().ok()?;
+    /// Points the kernel filter at this round's workloads and reads the counters into
+    /// `self.totals`. False when there is no probe or the read failed.
+    fn read_probe(&mut self, workloads: &BTreeMap<WorkloadId, Workload>) -> bool {
+        let Ok(probe) = self.probe.as_mut() else {
+            return false;
+        };
         let ids: HashSet<u64> = workloads
             .keys()
             .filter_map(|id| self.cgroups.get(id)?.cgroup_id)
@@ -376,24 +392,137 @@ impl Sampler {
         if let Err(e) = probe.watch(&ids) {
             self.events.emit(InternalEvent::ProbeMapReadFailed, &e);
         }
-        match probe.read_counts(&mut self.sched_buf) {
-            Ok(skipped) => {
-                if skipped > 0 {
-                    self.events.add(InternalEvent::ProbeEntriesEvicted, skipped);
+        match probe.read(&mut self.totals) {
+            Ok(()) => {
+                let evicted = self.totals.evicted_during_read;
+                if evicted > 0 {
+                    self.events.add(InternalEvent::ProbeEntriesEvicted, evicted);
                 }
+                true
             }
             Err(e) => {
                 self.events.emit(InternalEvent::ProbeMapReadFailed, &e);
-                return None;
+                false
             }
         }
-        let mut by_cgroup: HashMap<u64, SchedCounts> = HashMap::new();
-        for (key, c) in &self.sched_buf {
-            let e = by_cgroup.entry(key.cgroup_id).or_default();
-            e.switches += c.switches;
-            e.blocked_switches += c.blocked_switches;
+    }
+
+    /// One cgroup's window: this round's counters minus the previous round's. `None` until
+    /// there is a previous round.
+    fn stall_window(&self, cgroup_id: u64, gpu_pids: &HashSet<u32>) -> Option<StallWindow> {
+        let previous = self.previous_totals.as_ref()?;
+        let mut processes = Vec::new();
+        for (key, now) in self
+            .totals
+            .times
+            .iter()
+            .filter(|(k, _)| k.cgroup_id == cgroup_id)
+        {
+            let d = match previous.times.get(key) {
+                Some(before) => times_delta(now, before).unwrap_or_else(|| {
+                    // evicted and re-created since the last round: only the new part is known
+                    self.events.add(InternalEvent::ProbeEntriesEvicted, 1);
+                    *now
+                }),
+                None => *now,
+            };
+            if d.switches == 0 && d.on_cpu_ns + d.runq_ns + d.blocked_ns + d.sleep_ns == 0 {
+                continue;
+            }
+            let s = |ns: u64| ns as f64 / 1e9;
+            processes.push(ProcessStall {
+                pid: key.tgid,
+                role: if gpu_pids.contains(&key.tgid) {
+                    ProcessRole::Gpu
+                } else {
+                    ProcessRole::Loader
+                },
+                on_cpu_seconds: s(d.on_cpu_ns),
+                runq_seconds: s(d.runq_ns),
+                blocked_seconds: s(d.blocked_ns),
+                sleep_seconds: s(d.sleep_ns),
+                switches: d.switches,
+                blocked_switches: d.blocked_switches,
+            });
         }
-        Some(by_cgroup)
+        processes.sort_by_key(|p| p.pid);
+        Some(StallWindow {
+            cgroup_id,
+            processes,
+            reads: io_window(cgroup_id, &self.totals.reads, &previous.reads),
+            disk: io_window(cgroup_id, &self.totals.disk, &previous.disk),
+        })
+    }
+}
+
+/// The I/O of one cgroup in the window, all its processes together.
+fn io_window(
+    cgroup_id: u64,
+    now: &HashMap<TaskKey, IoStats>,
+    before: &HashMap<TaskKey, IoStats>,
+) -> IoSummary {
+    let mut total = IoStats::default();
+    for (key, n) in now.iter().filter(|(k, _)| k.cgroup_id == cgroup_id) {
+        let d = before.get(key).and_then(|b| io_delta(n, b)).unwrap_or(*n);
+        total.count += d.count;
+        total.bytes += d.bytes;
+        total.total_ns += d.total_ns;
+        for (a, b) in total.hist.iter_mut().zip(d.hist.iter()) {
+            *a += b;
+        }
+    }
+    io_summary(&total)
+}
+
+/// `now - before`, or `None` if a counter went backwards (the entry was evicted and re-created).
+fn times_delta(now: &TaskTimes, before: &TaskTimes) -> Option<TaskTimes> {
+    Some(TaskTimes {
+        on_cpu_ns: now.on_cpu_ns.checked_sub(before.on_cpu_ns)?,
+        runq_ns: now.runq_ns.checked_sub(before.runq_ns)?,
+        blocked_ns: now.blocked_ns.checked_sub(before.blocked_ns)?,
+        sleep_ns: now.sleep_ns.checked_sub(before.sleep_ns)?,
+        switches: now.switches.checked_sub(before.switches)?,
+        blocked_switches: now.blocked_switches.checked_sub(before.blocked_switches)?,
+    })
+}
+
+fn io_delta(now: &IoStats, before: &IoStats) -> Option<IoStats> {
+    let mut hist = [0u64; LATENCY_BUCKETS];
+    for (i, h) in hist.iter_mut().enumerate() {
+        *h = now.hist[i].checked_sub(before.hist[i])?;
+    }
+    Some(IoStats {
+        count: now.count.checked_sub(before.count)?,
+        bytes: now.bytes.checked_sub(before.bytes)?,
+        total_ns: now.total_ns.checked_sub(before.total_ns)?,
+        hist,
+    })
+}
+
+/// Mean, percentiles (the upper edge of the log2 bucket that holds them) and the count of
+/// operations of 16 ms or more (bucket 14 up; bucket 13 is [8, 16) ms) of an I/O window.
+pub fn io_summary(s: &IoStats) -> IoSummary {
+    let percentile = |q: f64| -> Option<f64> {
+        if s.count == 0 {
+            return None;
+        }
+        let target = ((q * s.count as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (i, n) in s.hist.iter().enumerate() {
+            seen += n;
+            if seen >= target {
+                return Some((1u64 << (i + 1)) as f64 / 1000.0);
+            }
+        }
+        None
+    };
+    IoSummary {
+        count: s.count,
+        bytes: s.bytes,
+        mean_latency_ms: (s.count > 0).then(|| s.total_ns as f64 / s.count as f64 / 1e6),
+        p50_latency_ms: percentile(0.5),
+        p99_latency_ms: percentile(0.99),
+        slow_count: s.hist.iter().skip(14).sum(),
     }
 }
 
@@ -426,7 +555,8 @@ fn new_workload(id: WorkloadId, container: Option<&Arc<ContainerInfo>>) -> Workl
         cpu: None,
         memory: None,
         gpu: WorkloadGpu::default(),
-        sched: None,
+        stalls: None,
+        verdict: None,
         errors: BTreeMap::new(),
     }
 }
@@ -447,6 +577,9 @@ fn add_gpu_share(w: &mut WorkloadGpu, gpu: &Gpu, p: &GpuProcess) {
                 uuid: gpu.device.uuid.clone(),
                 memory_bytes: 0,
                 sm_util_percent: None,
+                sm_busy_seconds: 0.0,
+                busy_fraction: None,
+                device_utilization_percent: gpu.device.utilization_gpu_percent,
                 pids: Vec::new(),
             });
             w.per_gpu.last_mut().expect("just pushed")
@@ -456,6 +589,19 @@ fn add_gpu_share(w: &mut WorkloadGpu, gpu: &Gpu, p: &GpuProcess) {
     share.pids.push(p.reading.pid);
     if let Some(sm) = p.reading.sm_util_percent {
         *share.sm_util_percent.get_or_insert(0.0) += sm;
+    }
+    share.sm_busy_seconds += p.reading.sm_busy_seconds;
+}
+
+/// Busy fractions per GPU and overall, once all of the workload's processes are added.
+fn finish_gpu_shares(w: &mut WorkloadGpu, window: Option<f64>) {
+    let Some(window) = window else { return };
+    for share in &mut w.per_gpu {
+        share.busy_fraction = Some((share.sm_busy_seconds / window).min(1.0));
+    }
+    if !w.per_gpu.is_empty() {
+        let sum: f64 = w.per_gpu.iter().filter_map(|s| s.busy_fraction).sum();
+        w.busy_fraction = Some(sum / w.per_gpu.len() as f64);
     }
 }
 

@@ -103,7 +103,10 @@ pub struct Workload {
     pub cpu: Option<CpuUsage>,
     pub memory: Option<MemoryUsage>,
     pub gpu: WorkloadGpu,
-    pub sched: Option<SchedActivity>,
+    /// What the eBPF probes saw of the workload's processes in the window.
+    pub stalls: Option<StallWindow>,
+    /// Why the GPU idles, for workloads holding a GPU (see `analysis`).
+    pub verdict: Option<crate::analysis::Verdict>,
     /// Why a section above is missing, by section.
     pub errors: BTreeMap<&'static str, String>,
 }
@@ -124,6 +127,12 @@ pub struct CpuUsage {
     pub usage_seconds_total: f64,
     /// CPU cores used on average over the window (`None` in the first round).
     pub cores: Option<f64>,
+    /// The CPU quota in cores (`None`: no quota).
+    pub limit_cores: Option<f64>,
+    /// Time the quota held the cgroup back, since it was created.
+    pub throttled_seconds_total: Option<f64>,
+    /// Of the window, the share during which the quota held the cgroup back.
+    pub throttled_fraction: Option<f64>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -137,6 +146,9 @@ pub struct WorkloadGpu {
     /// GPU memory of all the workload's processes on all GPUs.
     pub memory_bytes: u64,
     pub processes: usize,
+    /// Mean over its GPUs of the share of the window its processes kept the GPU busy (from
+    /// per-process samples, see `gpu_activity`); `None` in the first round.
+    pub busy_fraction: Option<f64>,
     pub per_gpu: Vec<WorkloadGpuShare>,
 }
 
@@ -148,16 +160,60 @@ pub struct WorkloadGpuShare {
     /// Sum of the workload's processes' mean SM utilisation on this GPU over the window;
     /// `None` when none of them had samples (no activity).
     pub sm_util_percent: Option<f64>,
+    /// Seconds of full-GPU activity the workload's samples on this GPU stand for.
+    pub sm_busy_seconds: f64,
+    /// `sm_busy_seconds` over the window, at most 1; `None` in the first round.
+    pub busy_fraction: Option<f64>,
+    /// The GPU's own utilisation, for a cross-check when the workload is alone on it.
+    pub device_utilization_percent: Option<u32>,
     pub pids: Vec<u32>,
 }
 
-/// Scheduler activity of the workload's cgroup, from the eBPF probe.
-#[derive(Clone, Copy, Debug, Serialize)]
-pub struct SchedActivity {
+/// The workload's processes as the eBPF probes saw them over one window.
+#[derive(Clone, Debug, Serialize)]
+pub struct StallWindow {
+    /// The unified-hierarchy cgroup id the probes key on.
     pub cgroup_id: u64,
-    pub switches_total: u64,
-    pub blocked_switches_total: u64,
-    /// Switches in the window (`None` in the first round the cgroup is seen).
-    pub switches: Option<u64>,
-    pub blocked_switches: Option<u64>,
+    pub processes: Vec<ProcessStall>,
+    /// Read-family syscalls (read, pread64, readv, preadv, preadv2) of all its processes.
+    pub reads: IoSummary,
+    /// Block requests its processes issued.
+    pub disk: IoSummary,
+}
+
+/// What a process of the workload does for the GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProcessRole {
+    /// Holds a GPU context.
+    Gpu,
+    /// Any other process of the workload: DataLoader workers, decoders, feeders.
+    Loader,
+}
+
+/// Thread-state time of one process (all its threads) in the window.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct ProcessStall {
+    pub pid: u32,
+    pub role: ProcessRole,
+    pub on_cpu_seconds: f64,
+    pub runq_seconds: f64,
+    /// Uninterruptible sleep (D): I/O.
+    pub blocked_seconds: f64,
+    pub sleep_seconds: f64,
+    pub switches: u64,
+    pub blocked_switches: u64,
+}
+
+/// Count, bytes and latency of a kind of I/O in the window.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct IoSummary {
+    pub count: u64,
+    pub bytes: u64,
+    pub mean_latency_ms: Option<f64>,
+    /// From the log2 histogram: the upper edge of the bucket holding the percentile.
+    pub p50_latency_ms: Option<f64>,
+    pub p99_latency_ms: Option<f64>,
+    /// Operations that took 10 ms or more.
+    pub slow_count: u64,
 }

@@ -154,5 +154,15 @@ fn without_bpf_capabilities_stall_tracing_is_off_and_says_why() {
     // Everything else still works.
     let w = workload(&run.json, &format!("docker:{}", c.id));
     assert_eq!(w["gpu"]["memory_bytes"], 2 * GIB);
-    assert_eq!(w["sched"], serde_json::Value::Null);
+    assert_eq!(w["stalls"], serde_json::Value::Null);
+    // The verdict falls back to GPU-side evidence and says why.
+    let v = &w["verdict"];
+    assert!(
+        v["advice"]
+            .as_str()
+            .unwrap()
+            .contains("stall tracing unavailable")
+            || v["kind"] == "GPU-bound",
+        "{v:#}"
+    );
 }

@@ -88,13 +88,25 @@ fn attributes_gpu_processes_to_containers_host_and_skips_vanished() {
     // Real cgroup counters of a busy container.
     assert!(t["cpu"]["cores"].as_f64().unwrap() > 0.0, "{:#}", t["cpu"]);
     assert!(t["memory"]["usage_bytes"].as_u64().unwrap() > 0);
-    // The sched_switch program counted this container's cgroup.
-    let switches = t["sched"]["switches"].as_u64().unwrap_or(0);
+    // The probes saw this container's busy loop: context switches and on-CPU time.
+    let stalls = &t["stalls"];
+    let switches: u64 = stalls["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["switches"].as_u64().unwrap())
+        .sum();
+    let on_cpu: f64 = stalls["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["on_cpu_seconds"].as_f64().unwrap())
+        .sum();
     assert!(
-        switches > 0,
-        "no context switches counted for a busy container: {:#}",
-        t["sched"]
+        switches > 0 && on_cpu > 0.0,
+        "no activity traced for a busy container: {stalls:#}"
     );
+    assert_eq!(stalls["cgroup_id"], t["stalls"]["cgroup_id"]);
 
     // The eval container holds memory but has no samples: present, idle (no SM figure).
     let e = workload(s, &format!("docker:{}", eval.id));

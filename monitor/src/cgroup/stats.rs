@@ -12,6 +12,10 @@ pub struct CgroupUsage {
     pub memory_bytes: u64,
     /// The memory limit, `None` when unlimited.
     pub memory_limit_bytes: Option<u64>,
+    /// The CPU quota in cores, `None` when unlimited (or the cpu controller is not available).
+    pub cpu_limit_cores: Option<f64>,
+    /// Time the CPU quota throttled the cgroup, since creation (`None`: not available).
+    pub throttled_seconds_total: Option<f64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +40,16 @@ pub enum StatsError {
 pub struct CgroupStatsPaths {
     cpu: CpuSource,
     memory: MemorySource,
+    quota: Option<QuotaSource>,
+}
+
+/// Where the CPU quota and its throttling counters are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum QuotaSource {
+    /// v1 cpu controller: `cpu.cfs_quota_us`, `cpu.cfs_period_us`, `cpu.stat` (throttled_time, ns).
+    V1(PathBuf),
+    /// v2: `cpu.max` ("max 100000" or "50000 100000"), `cpu.stat` (throttled_usec).
+    V2(PathBuf),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -93,7 +107,14 @@ impl CgroupStatsPaths {
                 max: dir.join("memory.max"),
             }
         };
-        Ok(Self { cpu, memory })
+        let quota = if layout.v1_mount("cpu").is_some() {
+            membership
+                .controller_dir(layout, "cpu")
+                .map(QuotaSource::V1)
+        } else {
+            membership.unified_dir(layout).map(QuotaSource::V2)
+        };
+        Ok(Self { cpu, memory, quota })
     }
 
     /// Reads the counters now.
@@ -127,12 +148,52 @@ impl CgroupStatsPaths {
                 (read_u64(current, "memory.current")?, limit)
             }
         };
+        // The quota files exist only with the cpu controller enabled: absent means unknown.
+        let (cpu_limit_cores, throttled_seconds_total) = match &self.quota {
+            None => (None, None),
+            Some(QuotaSource::V1(dir)) => {
+                let quota = std::fs::read_to_string(dir.join("cpu.cfs_quota_us")).ok();
+                let period = std::fs::read_to_string(dir.join("cpu.cfs_period_us")).ok();
+                let limit = match (
+                    quota.and_then(|q| q.trim().parse::<i64>().ok()),
+                    period.and_then(|p| p.trim().parse::<f64>().ok()),
+                ) {
+                    (Some(q), Some(p)) if q > 0 && p > 0.0 => Some(q as f64 / p),
+                    _ => None,
+                };
+                let throttled =
+                    stat_field(&dir.join("cpu.stat"), "throttled_time").map(|ns| ns as f64 / 1e9);
+                (limit, throttled)
+            }
+            Some(QuotaSource::V2(dir)) => {
+                let limit = std::fs::read_to_string(dir.join("cpu.max"))
+                    .ok()
+                    .and_then(|t| {
+                        let mut it = t.split_whitespace();
+                        let (q, p) = (it.next()?, it.next()?);
+                        let (q, p) = (q.parse::<f64>().ok()?, p.parse::<f64>().ok()?);
+                        (p > 0.0).then_some(q / p)
+                    });
+                let throttled =
+                    stat_field(&dir.join("cpu.stat"), "throttled_usec").map(|us| us as f64 / 1e6);
+                (limit, throttled)
+            }
+        };
         Ok(CgroupUsage {
             cpu_usage_seconds_total,
             memory_bytes,
             memory_limit_bytes,
+            cpu_limit_cores,
+            throttled_seconds_total,
         })
     }
+}
+
+/// A `name value` line of a flat-keyed file such as `cpu.stat`.
+fn stat_field(path: &Path, name: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 fn read(path: &Path) -> Result<String, StatsError> {
@@ -183,12 +244,20 @@ mod tests {
         .unwrap();
         std::fs::write(dir.join("memory.current"), "1048576\n").unwrap();
         std::fs::write(dir.join("memory.max"), "max\n").unwrap();
+        std::fs::write(dir.join("cpu.max"), "50000 100000\n").unwrap();
+        std::fs::write(
+            dir.join("cpu.stat"),
+            "usage_usec 2500000\nuser_usec 2000000\nnr_throttled 7\nthrottled_usec 1500000\n",
+        )
+        .unwrap();
         let m = CgroupMembership::parse("0::/job\n");
         let paths = CgroupStatsPaths::resolve(&layout_v2(root.path()), &m).unwrap();
         let u = paths.read().unwrap();
         assert_eq!(u.cpu_usage_seconds_total, 2.5);
         assert_eq!(u.memory_bytes, 1 << 20);
         assert_eq!(u.memory_limit_bytes, None);
+        assert_eq!(u.cpu_limit_cores, Some(0.5));
+        assert_eq!(u.throttled_seconds_total, Some(1.5));
         std::fs::write(dir.join("memory.max"), "2097152\n").unwrap();
         assert_eq!(paths.read().unwrap().memory_limit_bytes, Some(2 << 20));
     }

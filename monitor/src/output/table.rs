@@ -115,9 +115,14 @@ pub fn render_snapshot(s: &Snapshot) -> String {
                     .and_then(|c| c.cores)
                     .map_or("-".to_owned(), |c| format!("{c:.2}")),
                 w.memory.map_or("-".to_owned(), |m| gib(m.usage_bytes)),
-                w.sched
-                    .and_then(|s| s.switches)
-                    .map_or("-".to_owned(), |v| v.to_string()),
+                w.verdict
+                    .as_ref()
+                    .map_or("-".to_owned(), |v| match v.input_bound_share {
+                        Some(share) if share >= 0.005 => {
+                            format!("{} ({:.0}% input-bound)", v.kind.label(), share * 100.0)
+                        }
+                        _ => v.kind.label().to_owned(),
+                    }),
             ]
         })
         .collect();
@@ -131,7 +136,7 @@ pub fn render_snapshot(s: &Snapshot) -> String {
             "GPU:SM",
             "CPU",
             "MEM GiB",
-            "SWITCHES",
+            "VERDICT",
         ],
         &rows,
     ));

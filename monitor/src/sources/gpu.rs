@@ -6,6 +6,7 @@
 //! call NVML once when the buffer is large enough (nvml-wrapper sizes with a second call and
 //! allocates each time; `GetProcessUtilization` alone costs 1.4–2 ms per call on an H200).
 use crate::events::{EventCounters, InternalEvent};
+use crate::gpu_activity::SampleIntegrator;
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 use nvml_wrapper::error::NvmlError;
@@ -55,6 +56,8 @@ pub struct DeviceReading {
     pub sm_clock_mhz: Option<u32>,
     /// Active clocks-event (throttle) reasons, e.g. `sw_power_cap`, `hw_thermal_slowdown`.
     pub clocks_event_reasons: Vec<&'static str>,
+    /// The driver's per-process sample period as observed (milliseconds).
+    pub process_sample_period_ms: f64,
     #[serde(skip)]
     pub processes: Vec<ProcessReading>,
     pub errors: BTreeMap<&'static str, String>,
@@ -82,6 +85,9 @@ pub struct ProcessReading {
     pub mem_util_percent: Option<f64>,
     /// Number of NVML utilisation samples behind the two means.
     pub samples: u32,
+    /// Seconds of full-GPU SM activity the samples stand for (`sm% × covered time`, see
+    /// [`crate::gpu_activity`]); divided by the window, the process's GPU busy fraction.
+    pub sm_busy_seconds: f64,
 }
 
 struct DeviceCursor {
@@ -93,6 +99,7 @@ struct DeviceCursor {
     compute: Vec<nvmlProcessInfo_t>,
     graphics: Vec<nvmlProcessInfo_t>,
     samples: Vec<nvmlProcessUtilizationSample_t>,
+    integrator: SampleIntegrator,
 }
 
 /// The open NVML library and a cursor per GPU.
@@ -144,6 +151,7 @@ impl GpuSource {
                 compute: Vec::new(),
                 graphics: Vec::new(),
                 samples: Vec::new(),
+                integrator: SampleIntegrator::default(),
             });
         }
         Ok(Self {
@@ -256,11 +264,19 @@ fn read_device(nvml: &Nvml, cursor: &mut DeviceCursor, events: &EventCounters) -
     let samples = process_samples(lib.nvmlDeviceGetProcessUtilization.as_ref(), handle, cursor);
     let n_samples = rec.take("process_utilization", samples).unwrap_or(0);
 
+    let samples = &mut cursor.samples[..n_samples];
+    samples.sort_unstable_by_key(|s| s.timeStamp);
     rec.reading.processes = merge_processes(
         &cursor.compute[..n_compute],
         &cursor.graphics[..n_graphics],
-        &cursor.samples[..n_samples],
+        samples,
+        &mut cursor.integrator,
     );
+    let live = &rec.reading.processes;
+    cursor
+        .integrator
+        .retain(|pid| live.iter().any(|p| p.pid == pid));
+    rec.reading.process_sample_period_ms = cursor.integrator.period_us() as f64 / 1000.0;
     reading
 }
 
@@ -381,6 +397,7 @@ fn merge_processes(
     compute: &[nvmlProcessInfo_t],
     graphics: &[nvmlProcessInfo_t],
     samples: &[nvmlProcessUtilizationSample_t],
+    integrator: &mut SampleIntegrator,
 ) -> Vec<ProcessReading> {
     let memory =
         |p: &nvmlProcessInfo_t| (p.usedGpuMemory != VALUE_NOT_AVAILABLE).then_some(p.usedGpuMemory);
@@ -404,6 +421,7 @@ fn merge_processes(
                 sm_util_percent: None,
                 mem_util_percent: None,
                 samples: 0,
+                sm_busy_seconds: 0.0,
             });
         }
     }
@@ -413,6 +431,7 @@ fn merge_processes(
             sm += u64::from(s.smUtil);
             mem += u64::from(s.memUtil);
             n += 1;
+            p.sm_busy_seconds += integrator.add(s.pid, s.timeStamp, s.smUtil);
         }
         if n > 0 {
             p.sm_util_percent = Some(sm as f64 / f64::from(n));
@@ -452,13 +471,24 @@ mod tests {
         let out = merge_processes(
             &[info(1, 100), info(2, VALUE_NOT_AVAILABLE)],
             &[info(1, 120), info(3, 5)],
-            &[sample(1, 10, 40), sample(1, 20, 60), sample(9, 5, 99)],
+            &[
+                sample(1, 200_000, 40),
+                sample(1, 400_000, 60),
+                sample(9, 5, 99),
+            ],
+            &mut SampleIntegrator::default(),
         );
         assert_eq!(out.len(), 3);
         assert_eq!(out[0].kind, ProcessKind::ComputeAndGraphics);
         assert_eq!(out[0].used_memory_bytes, Some(120));
         assert_eq!(out[0].sm_util_percent, Some(50.0));
         assert_eq!(out[0].samples, 2);
+        // first sample covers one default period (0.2 s at 40 %), the second 0.2 s at 60 %
+        assert!(
+            (out[0].sm_busy_seconds - 0.2).abs() < 1e-9,
+            "{}",
+            out[0].sm_busy_seconds
+        );
         assert_eq!(out[1].used_memory_bytes, None);
         assert_eq!(
             out[1].sm_util_percent, None,

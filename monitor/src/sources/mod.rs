@@ -2,4 +2,4 @@
 //! Docker still attributes by cgroup, no eBPF still reports GPU-side data.
 pub mod docker;
 pub mod gpu;
-pub mod sched_probe;
+pub mod stall_probe;

@@ -97,6 +97,16 @@ pub struct Container {
 
 impl Container {
     pub fn start(name: &str, labels: &[(&str, &str)], script: &str) -> Self {
+        Self::start_with(name, labels, &[], script)
+    }
+
+    /// Like `start`, with extra `docker run` arguments (devices, limits, mounts).
+    pub fn start_with(
+        name: &str,
+        labels: &[(&str, &str)],
+        docker_args: &[&str],
+        script: &str,
+    ) -> Self {
         ensure_image();
         let _ = Command::new("docker").args(["rm", "-f", name]).output();
         let mut args: Vec<String> = vec!["run".into(), "-d".into(), "--name".into(), name.into()];
@@ -104,6 +114,7 @@ impl Container {
             args.push("--label".into());
             args.push(format!("{k}={v}"));
         }
+        args.extend(docker_args.iter().map(|a| a.to_string()));
         args.extend([IMAGE.to_owned(), "sh".into(), "-c".into(), script.into()]);
         let id = docker(&args.iter().map(String::as_str).collect::<Vec<_>>());
         let pid = docker(&["inspect", "-f", "{{.State.Pid}}", &id])
@@ -244,4 +255,31 @@ pub fn gpu_process(snap: &Value, gpu: usize, pid: u32) -> &Value {
         .iter()
         .find(|p| p["pid"] == pid)
         .unwrap_or_else(|| panic!("no pid {pid} on GPU {gpu} in {:#}", snap["gpus"][gpu]))
+}
+
+/// A loop device over a temporary image file, detached on drop: real block I/O that the test
+/// can throttle through the container's cgroup.
+pub struct LoopDevice {
+    pub path: String,
+    _image: tempfile::TempDir,
+}
+
+impl LoopDevice {
+    pub fn new(size_mib: u64) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("data.img");
+        let f = std::fs::File::create(&img).unwrap();
+        f.set_len(size_mib << 20).unwrap();
+        let out = run(Command::new("losetup").args(["-f", "--show"]).arg(&img));
+        Self {
+            path: String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+            _image: dir,
+        }
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.path]).output();
+    }
 }

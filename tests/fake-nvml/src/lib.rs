@@ -9,6 +9,7 @@
 //! injectable errors and delays per function.
 #![allow(non_snake_case, non_upper_case_globals, clippy::missing_safety_doc)]
 
+mod file_sampler;
 pub mod scenario;
 
 use nvml_wrapper_sys::bindings::*;
@@ -31,7 +32,7 @@ static STATE: Mutex<Option<Loaded>> = Mutex::new(None);
 
 /// Loads or reloads the scenario; a broken file is reported once on stderr and leaves the last
 /// good scenario in force (an empty one at first).
-fn with_scenario<T>(f: impl FnOnce(&Scenario) -> T) -> T {
+pub(crate) fn with_scenario<T>(f: impl FnOnce(&Scenario) -> T) -> T {
     let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
     let path = std::env::var_os(SCENARIO_ENV).map(PathBuf::from);
     if let Some(path) = path {
@@ -72,6 +73,12 @@ fn with_scenario<T>(f: impl FnOnce(&Scenario) -> T) -> T {
         Some(l) => f(&l.scenario),
         None => f(&Scenario::default()),
     }
+}
+
+pub(crate) fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |t| t.as_micros() as u64)
 }
 
 fn error_code(name: &str) -> nvmlReturn_t {
@@ -158,7 +165,11 @@ unsafe fn put<T>(dst: *mut T, v: T) -> nvmlReturn_t {
 
 #[no_mangle]
 pub extern "C" fn nvmlInit_v2() -> nvmlReturn_t {
-    with_scenario(|s| s.init_error.as_deref().map_or(OK, error_code))
+    let r = with_scenario(|s| s.init_error.as_deref().map_or(OK, error_code));
+    if r == OK {
+        file_sampler::start();
+    }
+    r
 }
 
 #[no_mangle]
@@ -466,6 +477,9 @@ pub fn samples_since(
     let oldest = now_us.saturating_sub(SAMPLE_HISTORY.as_micros() as u64);
     let mut out = Vec::new();
     for p in &d.processes {
+        if p.sm_util_file.is_some() {
+            continue; // sampled over time by file_sampler
+        }
         let Some(sm) = p.sm_util else { continue };
         let period = p.sample_period_ms.max(1) * 1000;
         let mut ts = now_us - now_us % period;
@@ -494,11 +508,11 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
     count: *mut c_uint,
     last_seen: c_ulonglong,
 ) -> nvmlReturn_t {
+    let index = (handle as usize).wrapping_sub(1);
     device("nvmlDeviceGetProcessUtilization", handle, |d| {
-        let now_us = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |t| t.as_micros() as u64);
-        let samples = samples_since(d, last_seen, now_us);
+        let now_us = now_us();
+        let mut samples = samples_since(d, last_seen, now_us);
+        file_sampler::samples_since(index, last_seen, &mut samples);
         if samples.is_empty() {
             if !count.is_null() {
                 *count = 0;

@@ -100,6 +100,11 @@ pub struct Process {
     /// SM utilisation of this process's samples; no samples at all when absent (idle process).
     #[serde(default)]
     pub sm_util: Option<u32>,
+    /// A file the workload writes its current SM utilisation to (`95` while it computes, `0`
+    /// while it waits). The fake polls it every 10 ms and emits, per sample period, the mean —
+    /// or no sample when the mean is 0 — as the driver does. Overrides `sm_util`.
+    #[serde(default)]
+    pub sm_util_file: Option<String>,
     #[serde(default)]
     pub mem_util: u32,
     /// One sample every this many milliseconds (real drivers: about 200 ms to 1 s).

@@ -1,0 +1,332 @@
+//! Why a workload's GPU idles: the verdict, from one window of GPU-side and loader-side evidence.
+//!
+//! GPU side: the share of the window the workload's processes kept their GPUs busy (per-process
+//! samples, integrated; see [`crate::gpu_activity`]). Loader side: the workload's other
+//! processes — PyTorch DataLoader workers are child processes without a GPU context — and how
+//! much of their time they were busy (on CPU, waiting for a CPU, or blocked in D state on I/O).
+//! When there are no such processes (`num_workers=0`), the GPU processes' own D-state time is the
+//! loader evidence.
+//!
+//! GPU idle time is attributed to the loader in proportion to how saturated the loader is: fully
+//! when its busy share reaches `loader_saturated`, not at all below `loader_idle`, linearly in
+//! between. That is the `input_bound_share`. A loader that is saturated and mostly blocked is
+//! I/O-bound; mostly on a CPU or in the run queue, or held back by a CPU quota, CPU-bound.
+use crate::snapshot::{ProcessRole, SourceState, Workload};
+use serde::Serialize;
+
+/// Thresholds of the verdict. Defaults suit a 1 s window.
+#[derive(Clone, Copy, Debug)]
+pub struct VerdictConfig {
+    /// GPU idle share below which the workload is GPU-bound.
+    pub gpu_bound_idle_max: f64,
+    /// GPU busy share below which a workload whose loader is not busy either is idle.
+    pub idle_busy_max: f64,
+    /// Loader busy share at or below which none of the GPU idle time is charged to it.
+    pub loader_idle: f64,
+    /// Loader busy share at or above which all of it is.
+    pub loader_saturated: f64,
+    /// Share of the loader's busy time in D state from which the loader is I/O-bound.
+    pub io_share_min: f64,
+    /// Share of the window under CPU-quota throttling from which the quota is the cause.
+    pub throttled_min: f64,
+}
+
+impl Default for VerdictConfig {
+    fn default() -> Self {
+        Self {
+            gpu_bound_idle_max: 0.25,
+            idle_busy_max: 0.05,
+            loader_idle: 0.3,
+            loader_saturated: 0.7,
+            io_share_min: 0.5,
+            throttled_min: 0.1,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum VerdictKind {
+    #[serde(rename = "input-bound: I/O")]
+    InputBoundIo,
+    #[serde(rename = "input-bound: CPU")]
+    InputBoundCpu,
+    #[serde(rename = "GPU-bound")]
+    GpuBound,
+    #[serde(rename = "idle")]
+    Idle,
+    #[serde(rename = "unknown")]
+    Unknown,
+}
+
+impl VerdictKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::InputBoundIo => "input-bound: I/O",
+            Self::InputBoundCpu => "input-bound: CPU",
+            Self::GpuBound => "GPU-bound",
+            Self::Idle => "idle",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+/// The loader as seen in one window.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct LoaderSummary {
+    /// Processes counted as the loader.
+    pub processes: usize,
+    /// True when there were no loader processes and the GPU processes stand in (num_workers=0).
+    pub in_gpu_process: bool,
+    /// How saturated the loader is: each loader process's busy share (on CPU, run queue or D
+    /// state, of the window or of its life if shorter), weighted by its busy time.
+    pub busy_fraction: f64,
+    /// Of the loader's busy time: on a CPU, waiting for one, blocked on I/O.
+    pub on_cpu_share: f64,
+    pub runq_share: f64,
+    pub blocked_share: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Verdict {
+    pub kind: VerdictKind,
+    pub gpu_busy_fraction: f64,
+    pub gpu_idle_fraction: f64,
+    /// The share of the window the GPU idled because of the loader; `None` without stall
+    /// tracing.
+    pub input_bound_share: Option<f64>,
+    pub loader: Option<LoaderSummary>,
+    pub cpu_throttled_fraction: Option<f64>,
+    /// The measurements behind the verdict, in words.
+    pub evidence: Vec<String>,
+    /// What to do about it.
+    pub advice: String,
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.0}%", x * 100.0)
+}
+
+/// The loader summary of a workload's stall window, `None` without one.
+fn loader_summary(w: &Workload, window: f64) -> Option<LoaderSummary> {
+    let stalls = w.stalls.as_ref()?;
+    let loaders: Vec<_> = stalls
+        .processes
+        .iter()
+        .filter(|p| p.role == ProcessRole::Loader)
+        .collect();
+    let (procs, in_gpu_process): (Vec<_>, bool) = if loaders.is_empty() {
+        (
+            stalls
+                .processes
+                .iter()
+                .filter(|p| p.role == ProcessRole::Gpu)
+                .collect(),
+            true,
+        )
+    } else {
+        (loaders, false)
+    };
+    let (mut cpu, mut runq, mut blocked, mut weighted, mut n) = (0.0, 0.0, 0.0, 0.0, 0usize);
+    for p in &procs {
+        // In a GPU process only the blocked time is loader evidence: its CPU time is also
+        // spent launching kernels and waiting on them.
+        let (c, r, b) = if in_gpu_process {
+            (0.0, 0.0, p.blocked_seconds)
+        } else {
+            (p.on_cpu_seconds, p.runq_seconds, p.blocked_seconds)
+        };
+        let busy = c + r + b;
+        // Helpers that did nothing at all (a shell, a sleeping sidecar) are not the loader.
+        if busy < 0.001 * window {
+            continue;
+        }
+        // The process's own busy share: of the window, or of its life if it lived less (its
+        // traced time, all threads, is below the window). Weighted by its busy time below, so
+        // processes that mostly wait for others (a parent in wait(), a helper on a pipe) do not
+        // dilute the workers that do the loading.
+        let traced = busy + p.sleep_seconds;
+        let share = (busy / traced.min(window).max(busy)).min(1.0);
+        cpu += c;
+        runq += r;
+        blocked += b;
+        weighted += busy * share;
+        n += 1;
+    }
+    let total = cpu + runq + blocked;
+    Some(LoaderSummary {
+        processes: n,
+        in_gpu_process,
+        busy_fraction: if total > 0.0 { weighted / total } else { 0.0 },
+        on_cpu_share: if total > 0.0 { cpu / total } else { 0.0 },
+        runq_share: if total > 0.0 { runq / total } else { 0.0 },
+        blocked_share: if total > 0.0 { blocked / total } else { 0.0 },
+    })
+}
+
+/// The verdict for one workload, or `None` when it holds no GPU or the window is unknown.
+pub fn assess(
+    w: &Workload,
+    window: Option<f64>,
+    ebpf: &SourceState,
+    config: &VerdictConfig,
+) -> Option<Verdict> {
+    if w.gpu.processes == 0 {
+        return None;
+    }
+    let window = window.filter(|w| *w > 0.0)?;
+    let busy = w.gpu.busy_fraction?;
+    let idle = 1.0 - busy;
+    let throttled = w.cpu.and_then(|c| c.throttled_fraction);
+    let loader = if ebpf.up {
+        loader_summary(w, window)
+    } else {
+        None
+    };
+    let mut evidence = vec![format!(
+        "GPU busy {} of the window ({} idle)",
+        pct(busy),
+        pct(idle)
+    )];
+    for g in &w.gpu.per_gpu {
+        if let (Some(b), Some(u)) = (g.busy_fraction, g.device_utilization_percent) {
+            evidence.push(format!(
+                "GPU {}: its processes {}, device utilisation {u}%",
+                g.index,
+                pct(b)
+            ));
+        }
+    }
+    if let Some(t) = throttled.filter(|t| *t > 0.0) {
+        evidence.push(format!(
+            "CPU quota throttled the container {} of the window",
+            pct(t)
+        ));
+    }
+    let reads = w.stalls.as_ref().map(|s| s.reads).filter(|r| r.count > 0);
+    let disk = w.stalls.as_ref().map(|s| s.disk).filter(|d| d.count > 0);
+    if let Some(l) = &loader {
+        let who = if l.in_gpu_process {
+            "the GPU process itself (no loader processes)".to_owned()
+        } else {
+            format!("{} loader process(es)", l.processes)
+        };
+        evidence.push(format!(
+            "{who} busy {} of the window: on CPU {}, waiting for a CPU {}, blocked on I/O {} of that",
+            pct(l.busy_fraction),
+            pct(l.on_cpu_share),
+            pct(l.runq_share),
+            pct(l.blocked_share)
+        ));
+    }
+    if let Some(r) = reads {
+        evidence.push(format!(
+            "{} reads, {:.1} MiB, p50 {} ms, p99 {} ms, {} slower than 10 ms",
+            r.count,
+            r.bytes as f64 / (1 << 20) as f64,
+            fmt_ms(r.p50_latency_ms),
+            fmt_ms(r.p99_latency_ms),
+            r.slow_count
+        ));
+    }
+    if let Some(d) = disk {
+        evidence.push(format!(
+            "{} disk requests, {:.1} MiB/s, p50 {} ms, p99 {} ms",
+            d.count,
+            d.bytes as f64 / (1 << 20) as f64 / window,
+            fmt_ms(d.p50_latency_ms),
+            fmt_ms(d.p99_latency_ms)
+        ));
+    }
+
+    let factor = |l: &LoaderSummary| {
+        ((l.busy_fraction - config.loader_idle) / (config.loader_saturated - config.loader_idle))
+            .clamp(0.0, 1.0)
+    };
+    let input_bound_share = loader.as_ref().map(|l| idle * factor(l));
+    let throttled_hard = throttled.is_some_and(|t| t >= config.throttled_min);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+
+    let (kind, advice) = if idle < config.gpu_bound_idle_max {
+        (
+            VerdictKind::GpuBound,
+            format!(
+                "The GPU is the bottleneck (busy {}): the loader keeps up. Larger batches, mixed precision (AMP) or a lighter model are the levers; more loader workers will not help.",
+                pct(busy)
+            ),
+        )
+    } else if !ebpf.up {
+        (
+            VerdictKind::Unknown,
+            format!(
+                "The GPU idles {} of the time; {}. Without it the loader cannot be examined.",
+                pct(idle),
+                ebpf.detail
+                    .as_deref()
+                    .unwrap_or("stall tracing unavailable")
+            ),
+        )
+    } else if busy < config.idle_busy_max
+        && loader
+            .as_ref()
+            .is_none_or(|l| l.busy_fraction <= config.loader_idle)
+        && !throttled_hard
+    {
+        (
+            VerdictKind::Idle,
+            format!(
+                "No GPU work and no loader work in the window, while {:.1} GiB of GPU memory is held. If the job is finished or stuck, stop it to free the GPU.",
+                w.gpu.memory_bytes as f64 / (1u64 << 30) as f64
+            ),
+        )
+    } else {
+        match &loader {
+            Some(l) if throttled_hard => (
+                VerdictKind::InputBoundCpu,
+                format!(
+                    "The container's CPU quota ({}) throttles it {} of the time while the GPU idles {}: raise the quota (docker --cpus) or use fewer, cheaper augmentations.",
+                    w.cpu.and_then(|c| c.limit_cores).map_or("set".to_owned(), |c| format!("{c:.1} cores")),
+                    pct(throttled.unwrap_or(0.0)),
+                    pct(idle)
+                ),
+            ),
+            Some(l) if factor(l) > 0.0 && l.blocked_share >= config.io_share_min => (
+                VerdictKind::InputBoundIo,
+                format!(
+                    "The data loader waits on storage ({} of its busy time blocked on I/O) while the GPU idles {}: cache the dataset in RAM or on local NVMe, pack small files into larger shards, or raise num_workers to keep more reads in flight.",
+                    pct(l.blocked_share),
+                    pct(idle)
+                ),
+            ),
+            Some(l) if factor(l) > 0.0 => (
+                VerdictKind::InputBoundCpu,
+                format!(
+                    "The data loader is CPU-bound (on CPU {}, waiting for a CPU {} of its busy time) while the GPU idles {}: raise num_workers (this host has {cores} cores), lower imgsz, or move augmentation to the GPU.",
+                    pct(l.on_cpu_share),
+                    pct(l.runq_share),
+                    pct(idle)
+                ),
+            ),
+            _ => (
+                VerdictKind::Unknown,
+                format!(
+                    "The GPU idles {} of the time but the loader is not saturated: the wait is elsewhere (host-to-device copies, synchronisation, Python overhead, or the job waits on something outside the container).",
+                    pct(idle)
+                ),
+            ),
+        }
+    };
+    Some(Verdict {
+        kind,
+        gpu_busy_fraction: busy,
+        gpu_idle_fraction: idle,
+        input_bound_share,
+        loader,
+        cpu_throttled_fraction: throttled,
+        evidence,
+        advice,
+    })
+}
+
+fn fmt_ms(v: Option<f64>) -> String {
+    v.map_or("-".to_owned(), |v| format!("{v:.1}"))
+}

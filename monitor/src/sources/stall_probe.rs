@@ -1,0 +1,348 @@
+//! The stall probes: `monitor-ebpf`'s tracepoint programs and their maps.
+//!
+//! Loads the programs with field offsets read from this kernel's format files, attaches them,
+//! points the in-kernel cgroup filter at the workloads userspace reports, and reads the
+//! cumulative per-(cgroup, tgid) counters each round: thread-state times, read-syscall latency,
+//! disk-request latency. Parts whose tracepoints this kernel lacks are left out and named in
+//! [`StallProbe::missing`]; only the scheduler part is required.
+use crate::{caps, tracefs};
+use aya::maps::{
+    HashMap as BpfHashMap, MapData, MapError, PerCpuArray, PerCpuHashMap, PerCpuValues,
+};
+use aya::programs::{ProgramError, TracePoint};
+use aya::{Ebpf, EbpfError, EbpfLoader, Pod};
+use monitor_common::{probe_stat, IoStats, TaskKey, TaskTimes};
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+/// The compiled kernel programs, embedded at build time.
+static PROBES: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gpuwatch-probes"));
+
+const READ_SYSCALLS: [&str; 5] = ["read", "pread64", "readv", "preadv", "preadv2"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("missing {}: run gpuwatch as root or grant these capabilities", .0.join(", "))]
+    MissingCapabilities(Vec<&'static str>),
+    #[error("cannot read this process's capabilities: {0}")]
+    Capabilities(std::io::Error),
+    #[error(transparent)]
+    Tracefs(#[from] tracefs::TracefsError),
+    #[error("the kernel refused the eBPF object: {0}")]
+    Load(#[from] EbpfError),
+    #[error("program {name}: {source}")]
+    Program {
+        name: &'static str,
+        source: ProgramError,
+    },
+    #[error("map {name}: {source}")]
+    Map {
+        name: &'static str,
+        source: MapError,
+    },
+    #[error("{0} missing from the eBPF object")]
+    Missing(&'static str),
+}
+
+/// Cumulative counters read from the kernel, summed over CPUs.
+#[derive(Debug, Default)]
+pub struct ProbeTotals {
+    pub times: HashMap<TaskKey, TaskTimes>,
+    pub reads: HashMap<TaskKey, IoStats>,
+    pub disk: HashMap<TaskKey, IoStats>,
+    /// The kernel side's failure counters, by `probe_stat` index.
+    pub failures: [u64; probe_stat::COUNT as usize],
+    /// Entries that vanished between the key walk and the lookup (LRU eviction).
+    pub evicted_during_read: u64,
+}
+
+/// Adding per-CPU values up.
+pub trait Accumulate {
+    fn accumulate(&mut self, other: &Self);
+}
+
+impl Accumulate for TaskTimes {
+    fn accumulate(&mut self, o: &Self) {
+        self.on_cpu_ns += o.on_cpu_ns;
+        self.runq_ns += o.runq_ns;
+        self.blocked_ns += o.blocked_ns;
+        self.sleep_ns += o.sleep_ns;
+        self.switches += o.switches;
+        self.blocked_switches += o.blocked_switches;
+    }
+}
+
+impl Accumulate for IoStats {
+    fn accumulate(&mut self, o: &Self) {
+        self.count += o.count;
+        self.bytes += o.bytes;
+        self.total_ns += o.total_ns;
+        for (a, b) in self.hist.iter_mut().zip(o.hist.iter()) {
+            *a += b;
+        }
+    }
+}
+
+/// The loaded and attached programs with their maps.
+pub struct StallProbe {
+    _ebpf: Ebpf,
+    times: PerCpuHashMap<MapData, TaskKey, TaskTimes>,
+    reads: PerCpuHashMap<MapData, TaskKey, IoStats>,
+    disk: PerCpuHashMap<MapData, TaskKey, IoStats>,
+    stats: PerCpuArray<MapData, u64>,
+    watched: BpfHashMap<MapData, u64, u8>,
+    watched_ids: HashSet<u64>,
+    /// Parts not traced on this kernel, with the reason ("read latency: …").
+    pub missing: Vec<String>,
+}
+
+struct Offsets {
+    globals: Vec<(&'static str, u32)>,
+    missing: Vec<String>,
+    reads: bool,
+    disk: bool,
+}
+
+fn offsets(tracefs: &Path) -> Result<Offsets, ProbeError> {
+    let f = |cat, ev, field| tracefs::field_layout(tracefs, cat, ev, field);
+    let prev_state = f("sched", "sched_switch", "prev_state")?;
+    let mut globals = vec![
+        ("SCHED_SWITCH_PREV_STATE_OFFSET", prev_state.offset),
+        ("SCHED_SWITCH_PREV_STATE_SIZE", prev_state.size),
+        (
+            "SCHED_SWITCH_NEXT_PID_OFFSET",
+            f("sched", "sched_switch", "next_pid")?.offset,
+        ),
+        (
+            "SCHED_WAKEUP_PID_OFFSET",
+            f("sched", "sched_wakeup", "pid")?.offset,
+        ),
+    ];
+    let mut missing = Vec::new();
+    let reads = match f("syscalls", "sys_exit_read", "ret") {
+        Ok(ret) => {
+            globals.push(("SYS_EXIT_RET_OFFSET", ret.offset));
+            true
+        }
+        Err(e) => {
+            missing.push(format!("read latency: {e}"));
+            false
+        }
+    };
+    let disk = (|| -> Result<Vec<(&'static str, u32)>, tracefs::TracefsError> {
+        Ok(vec![
+            (
+                "BLOCK_ISSUE_DEV_OFFSET",
+                f("block", "block_rq_issue", "dev")?.offset,
+            ),
+            (
+                "BLOCK_ISSUE_SECTOR_OFFSET",
+                f("block", "block_rq_issue", "sector")?.offset,
+            ),
+            (
+                "BLOCK_ISSUE_BYTES_OFFSET",
+                f("block", "block_rq_issue", "bytes")?.offset,
+            ),
+            (
+                "BLOCK_COMPLETE_DEV_OFFSET",
+                f("block", "block_rq_complete", "dev")?.offset,
+            ),
+            (
+                "BLOCK_COMPLETE_SECTOR_OFFSET",
+                f("block", "block_rq_complete", "sector")?.offset,
+            ),
+        ])
+    })();
+    let disk = match disk {
+        Ok(g) => {
+            globals.extend(g);
+            true
+        }
+        Err(e) => {
+            missing.push(format!("disk latency: {e}"));
+            false
+        }
+    };
+    Ok(Offsets {
+        globals,
+        missing,
+        reads,
+        disk,
+    })
+}
+
+fn attach(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    points: &[(&str, &str)],
+) -> Result<usize, ProbeError> {
+    let err = |source| ProbeError::Program { name, source };
+    let program: &mut TracePoint = ebpf
+        .program_mut(name)
+        .ok_or(ProbeError::Missing(name))?
+        .try_into()
+        .map_err(err)?;
+    program.load().map_err(err)?;
+    let mut attached = 0;
+    let mut last_err = None;
+    for (cat, ev) in points {
+        match program.attach(cat, ev) {
+            Ok(_) => attached += 1,
+            Err(e) => last_err = Some(e),
+        }
+    }
+    match (attached, last_err) {
+        (0, Some(e)) => Err(err(e)),
+        (n, _) => Ok(n),
+    }
+}
+
+fn take_map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, ProbeError>
+where
+    T: TryFrom<aya::maps::Map, Error = MapError>,
+{
+    let map = ebpf.take_map(name).ok_or(ProbeError::Missing(name))?;
+    T::try_from(map).map_err(|source| ProbeError::Map { name, source })
+}
+
+impl StallProbe {
+    /// Checks privileges, finds tracefs, reads field offsets, loads and attaches. With
+    /// `filter_by_cgroup`, the kernel tracks only the cgroups passed to [`Self::watch`].
+    pub fn load(filter_by_cgroup: bool) -> Result<Self, ProbeError> {
+        let missing =
+            caps::missing_for_tracing(caps::effective().map_err(ProbeError::Capabilities)?);
+        if !missing.is_empty() {
+            return Err(ProbeError::MissingCapabilities(missing));
+        }
+        let tracefs = tracefs::ensure_mounted()?;
+        let offsets = offsets(&tracefs)?;
+        let mut loader = EbpfLoader::new();
+        for (name, value) in &offsets.globals {
+            loader.override_global(name, value, true);
+        }
+        let filter = u32::from(filter_by_cgroup);
+        loader.override_global("FILTER_BY_CGROUP", &filter, true);
+        let mut ebpf = loader.load(PROBES)?;
+
+        attach(&mut ebpf, "sched_switch", &[("sched", "sched_switch")])?;
+        attach(
+            &mut ebpf,
+            "sched_wakeup",
+            &[("sched", "sched_wakeup"), ("sched", "sched_wakeup_new")],
+        )?;
+        let mut missing = offsets.missing;
+        if let Err(e) = attach(
+            &mut ebpf,
+            "sched_process_exit",
+            &[("sched", "sched_process_exit")],
+        ) {
+            missing.push(format!("exit clean-up: {e}"));
+        }
+        if offsets.reads {
+            let enters: Vec<String> = READ_SYSCALLS
+                .iter()
+                .map(|s| format!("sys_enter_{s}"))
+                .collect();
+            let exits: Vec<String> = READ_SYSCALLS
+                .iter()
+                .map(|s| format!("sys_exit_{s}"))
+                .collect();
+            let enter_points: Vec<(&str, &str)> =
+                enters.iter().map(|e| ("syscalls", e.as_str())).collect();
+            let exit_points: Vec<(&str, &str)> =
+                exits.iter().map(|e| ("syscalls", e.as_str())).collect();
+            let r = attach(&mut ebpf, "sys_enter_read", &enter_points)
+                .and_then(|_| attach(&mut ebpf, "sys_exit_read", &exit_points));
+            if let Err(e) = r {
+                missing.push(format!("read latency: {e}"));
+            }
+        }
+        if offsets.disk {
+            let r = attach(&mut ebpf, "block_rq_issue", &[("block", "block_rq_issue")]).and_then(
+                |_| {
+                    attach(
+                        &mut ebpf,
+                        "block_rq_complete",
+                        &[("block", "block_rq_complete")],
+                    )
+                },
+            );
+            if let Err(e) = r {
+                missing.push(format!("disk latency: {e}"));
+            }
+        }
+
+        Ok(Self {
+            times: take_map(&mut ebpf, "TASK_TIMES")?,
+            reads: take_map(&mut ebpf, "READ_STATS")?,
+            disk: take_map(&mut ebpf, "DISK_STATS")?,
+            stats: take_map(&mut ebpf, "PROBE_STATS")?,
+            watched: take_map(&mut ebpf, "WATCHED_CGROUPS")?,
+            watched_ids: HashSet::new(),
+            missing,
+            _ebpf: ebpf,
+        })
+    }
+
+    /// Makes the kernel filter watch exactly `ids` (only the changes reach the kernel).
+    pub fn watch(&mut self, ids: &HashSet<u64>) -> Result<(), ProbeError> {
+        let err = |source| ProbeError::Map {
+            name: "WATCHED_CGROUPS",
+            source,
+        };
+        for id in ids.difference(&self.watched_ids) {
+            self.watched.insert(id, 1, 0).map_err(err)?;
+        }
+        for id in self.watched_ids.difference(ids) {
+            match self.watched.remove(id) {
+                Ok(()) | Err(MapError::KeyNotFound) => {}
+                Err(e) => return Err(err(e)),
+            }
+        }
+        self.watched_ids.clone_from(ids);
+        Ok(())
+    }
+
+    /// Reads every counter into `out` (cleared first).
+    pub fn read(&self, out: &mut ProbeTotals) -> Result<(), ProbeError> {
+        out.evicted_during_read = 0;
+        out.evicted_during_read += read_map(&self.times, "TASK_TIMES", &mut out.times)?;
+        out.evicted_during_read += read_map(&self.reads, "READ_STATS", &mut out.reads)?;
+        out.evicted_during_read += read_map(&self.disk, "DISK_STATS", &mut out.disk)?;
+        for i in 0..probe_stat::COUNT {
+            let v = self.stats.get(&i, 0).map_err(|source| ProbeError::Map {
+                name: "PROBE_STATS",
+                source,
+            })?;
+            out.failures[i as usize] = v.iter().sum();
+        }
+        Ok(())
+    }
+}
+
+fn read_map<V: Pod + Default + Accumulate>(
+    map: &PerCpuHashMap<MapData, TaskKey, V>,
+    name: &'static str,
+    out: &mut HashMap<TaskKey, V>,
+) -> Result<u64, ProbeError> {
+    out.clear();
+    let mut evicted = 0;
+    for item in map.iter() {
+        match item {
+            Ok((key, per_cpu)) => {
+                out.insert(key, sum(&per_cpu));
+            }
+            Err(MapError::KeyNotFound) => evicted += 1,
+            Err(source) => return Err(ProbeError::Map { name, source }),
+        }
+    }
+    Ok(evicted)
+}
+
+fn sum<V: Pod + Default + Accumulate>(values: &PerCpuValues<V>) -> V {
+    let mut total = V::default();
+    for v in values.iter() {
+        total.accumulate(v);
+    }
+    total
+}

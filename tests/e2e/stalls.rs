@@ -1,0 +1,158 @@
+//! The verdict end to end: real containers doing real work, the real eBPF probes, and the fake
+//! NVML following each workload's own "computing" marker (the workload writes 95 to a file while
+//! it computes and 0 while it waits for a batch), so GPU idleness and loader stalls come from the
+//! same real process.
+//!
+//! Each container: a loader feeds batch tokens through a FIFO to the trainer (PID 1, the "GPU
+//! process"), which computes for a fixed time per batch.
+//! - I/O-bound: the loader reads 256 KiB per batch with O_DIRECT from a loop device throttled to
+//!   1 MB/s by the container's blkio limit: ~0.25 s blocked per batch, 50 ms of compute.
+//! - CPU-bound: the loader spins through a shell loop per batch under a 0.5-CPU quota; 10 ms of
+//!   compute.
+//! - GPU-bound: the loader has batches ready (a full pipe); 200 ms of compute per batch.
+mod support;
+
+use serde_json::{json, Value};
+use support::*;
+
+/// The trainer "computes" by waiting on a FIFO nobody writes (`read -t`, a shell builtin: no
+/// process per batch, so a CPU quota does not slow the trainer's own bookkeeping).
+const TRAINER: &str = "mkfifo /tmp/idle; exec 4<> /tmp/idle; exec 3< /tmp/q; \
+    while read -r _ <&3; do echo 95 > /state/sm; read -t COMPUTE _ <&4; echo 0 > /state/sm; done";
+
+fn script(loader: &str, compute_s: &str) -> String {
+    format!(
+        "mkfifo /tmp/q; ( {loader} ) > /tmp/q & {}",
+        TRAINER.replace("COMPUTE", compute_s)
+    )
+}
+
+fn verdict<'a>(s: &'a Value, c: &Container) -> &'a Value {
+    let w = workload(s, &format!("docker:{}", c.id));
+    let v = &w["verdict"];
+    assert!(v.is_object(), "no verdict for {}: {w:#}", c.name);
+    v
+}
+
+fn f(v: &Value, k: &str) -> f64 {
+    v[k].as_f64()
+        .unwrap_or_else(|| panic!("{k} missing in {v:#}"))
+}
+
+#[test]
+fn io_cpu_and_gpu_bound_containers_get_their_verdicts() {
+    require_root();
+    let state = tempfile::tempdir().unwrap();
+    let mount = |name: &str| {
+        let dir = state.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("sm"), "0\n").unwrap();
+        (format!("{}:/state", dir.display()), dir.join("sm"))
+    };
+    let disk = LoopDevice::new(64);
+
+    let (io_mount, io_sm) = mount("io");
+    let io = Container::start_with(
+        &unique("io"),
+        &[],
+        &[
+            "-v",
+            &io_mount,
+            "--device",
+            &format!("{}:/dev/data", disk.path),
+            "--device-read-bps",
+            &format!("{}:1mb", disk.path),
+        ],
+        &script(
+            "i=0; while :; do dd if=/dev/data of=/dev/null bs=256k count=1 skip=$((i % 200)) iflag=direct 2>/dev/null; echo b; i=$((i+1)); done",
+            "0.05",
+        ),
+    );
+    let (cpu_mount, cpu_sm) = mount("cpu");
+    let cpu = Container::start_with(
+        &unique("cpu"),
+        &[],
+        &["-v", &cpu_mount, "--cpus", "0.5"],
+        &script(
+            "while :; do i=0; while [ $i -lt 8000 ]; do i=$((i+1)); done; echo b; done",
+            "0.01",
+        ),
+    );
+    let (gpu_mount, gpu_sm) = mount("gpu");
+    let gpu = Container::start_with(
+        &unique("gpu"),
+        &[],
+        &["-v", &gpu_mount],
+        &script("while :; do echo b; done", "0.2"),
+    );
+    // let every loop reach its steady state
+    std::thread::sleep(std::time::Duration::from_secs(2));
+
+    let proc = |c: &Container, sm: &std::path::Path| json!({"pid": c.pid, "used_memory_bytes": 4 * GIB, "sm_util_file": sm, "sample_period_ms": 200});
+    let scenario = json!({"devices": [
+        {"uuid": "GPU-io", "processes": [proc(&io, &io_sm)]},
+        {"uuid": "GPU-cpu", "processes": [proc(&cpu, &cpu_sm)]},
+        {"uuid": "GPU-gpu", "processes": [proc(&gpu, &gpu_sm)]}
+    ]});
+    let run = snapshot(&scenario, &["--window", "4s"]);
+    let s = &run.json;
+    assert!(run.status.success(), "{}", run.stderr);
+    assert_eq!(s["sources"]["ebpf"]["up"], true, "{:#}", s["sources"]);
+    for c in [&io, &cpu, &gpu] {
+        let v = verdict(s, c);
+        eprintln!(
+            "{}: {} gpu_busy={:.3} input_bound={:.3} loader={} throttled={}",
+            c.name,
+            v["kind"],
+            f(v, "gpu_busy_fraction"),
+            f(v, "input_bound_share"),
+            v["loader"],
+            v["cpu_throttled_fraction"]
+        );
+    }
+
+    // I/O-bound: ~50 ms of compute per ~250 ms read ⇒ GPU busy ≈ 0.95 × 0.2 ≈ 0.19.
+    let v = verdict(s, &io);
+    assert_eq!(v["kind"], "input-bound: I/O", "{v:#}");
+    let busy = f(v, "gpu_busy_fraction");
+    assert!(
+        (0.08..=0.35).contains(&busy),
+        "GPU busy {busy} not ≈ 0.19: {v:#}"
+    );
+    assert!(f(&v["loader"], "blocked_share") > 0.8, "{v:#}");
+    assert!(f(&v["loader"], "busy_fraction") > 0.8, "{v:#}");
+    assert!(f(v, "input_bound_share") > 0.55, "{v:#}");
+    let reads = &workload(s, &format!("docker:{}", io.id))["stalls"]["reads"];
+    assert!(reads["count"].as_u64().unwrap() >= 4, "{reads:#}");
+    // The throttled 256 KiB reads take ~250 ms; the trainer's token reads from the FIFO are
+    // reads too (fast ones), so the slow ones show in p99 and the slow count.
+    assert!(f(reads, "p99_latency_ms") >= 128.0, "{reads:#}");
+    assert!(reads["slow_count"].as_u64().unwrap() >= 4, "{reads:#}");
+    assert!(
+        reads["bytes"].as_u64().unwrap() >= 4 * 256 * 1024,
+        "{reads:#}"
+    );
+
+    // CPU-bound under a quota: the loader is on CPU (or held back by the quota) all the time.
+    let v = verdict(s, &cpu);
+    assert_eq!(v["kind"], "input-bound: CPU", "{v:#}");
+    assert!(f(v, "gpu_idle_fraction") > 0.3, "{v:#}");
+    assert!(f(&v["loader"], "blocked_share") < 0.2, "{v:#}");
+    let cpu_w = workload(s, &format!("docker:{}", cpu.id));
+    assert_eq!(cpu_w["cpu"]["limit_cores"], 0.5);
+    assert!(f(&cpu_w["cpu"], "cores") <= 0.6, "{:#}", cpu_w["cpu"]);
+    assert!(
+        f(v, "cpu_throttled_fraction") > 0.1 || f(&v["loader"], "on_cpu_share") > 0.5,
+        "{v:#}"
+    );
+
+    // GPU-bound: 200 ms of compute per batch, batches always ready ⇒ GPU busy ≈ 0.95.
+    let v = verdict(s, &gpu);
+    assert_eq!(v["kind"], "GPU-bound", "{v:#}");
+    assert!(f(v, "gpu_busy_fraction") > 0.8, "{v:#}");
+    assert!(f(v, "input_bound_share") < 0.1, "{v:#}");
+    assert!(v["advice"]
+        .as_str()
+        .unwrap()
+        .contains("GPU is the bottleneck"));
+}
