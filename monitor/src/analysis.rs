@@ -7,10 +7,13 @@
 //! When there are no such processes (`num_workers=0`), the GPU processes' own D-state time is the
 //! loader evidence.
 //!
-//! GPU idle time is attributed to the loader in proportion to how saturated the loader is: fully
-//! when its busy share reaches `loader_saturated`, not at all below `loader_idle`, linearly in
-//! between. That is the `input_bound_share`. A loader that is saturated and mostly blocked is
-//! I/O-bound; mostly on a CPU or in the run queue, or held back by a CPU quota, CPU-bound.
+//! GPU idle time is attributed to the loader in proportion to how saturated the loader is: the
+//! `input_bound_share` is the GPU idle share times the loader's busy share. A workload whose GPU
+//! idles at least `gpu_bound_idle_max` of the time with a loader busy at least `loader_saturated`
+//! is input-bound: I/O when the loader is mostly blocked in D state, CPU when it is mostly on a
+//! CPU or in the run queue, or held back by a CPU quota. When the loader is not saturated but the
+//! GPU processes themselves are busy on the host (kernel launches, Python, synchronisation), the
+//! training step is the bottleneck: GPU-bound, with the host-side share named in the advice.
 use crate::snapshot::{ProcessRole, SourceState, Workload};
 use serde::Serialize;
 
@@ -21,10 +24,13 @@ pub struct VerdictConfig {
     pub gpu_bound_idle_max: f64,
     /// GPU busy share below which a workload whose loader is not busy either is idle.
     pub idle_busy_max: f64,
-    /// Loader busy share at or below which none of the GPU idle time is charged to it.
+    /// Loader busy share at or below which the loader counts as doing nothing.
     pub loader_idle: f64,
-    /// Loader busy share at or above which all of it is.
+    /// Loader busy share from which the loader is the bottleneck.
     pub loader_saturated: f64,
+    /// Host CPU share (on CPU or in the run queue) of the GPU processes from which the training
+    /// step itself, not the loader, is what the GPU waits for.
+    pub step_busy_min: f64,
     /// Share of the loader's busy time in D state from which the loader is I/O-bound.
     pub io_share_min: f64,
     /// Share of the window under CPU-quota throttling from which the quota is the cause.
@@ -37,7 +43,8 @@ impl Default for VerdictConfig {
             gpu_bound_idle_max: 0.25,
             idle_busy_max: 0.05,
             loader_idle: 0.3,
-            loader_saturated: 0.7,
+            loader_saturated: 0.6,
+            step_busy_min: 0.5,
             io_share_min: 0.5,
             throttled_min: 0.1,
         }
@@ -238,11 +245,14 @@ pub fn assess(
         ));
     }
 
-    let factor = |l: &LoaderSummary| {
-        ((l.busy_fraction - config.loader_idle) / (config.loader_saturated - config.loader_idle))
-            .clamp(0.0, 1.0)
-    };
-    let input_bound_share = loader.as_ref().map(|l| idle * factor(l));
+    let input_bound_share = loader.as_ref().map(|l| idle * l.busy_fraction);
+    let saturated = |l: &LoaderSummary| l.busy_fraction >= config.loader_saturated;
+    // How busy the GPU processes are on the host: launching kernels, Python, synchronising.
+    let step_busy = w.stalls.as_ref().map(|s| {
+        let gpu: Vec<_> = s.processes.iter().filter(|p| p.role == ProcessRole::Gpu).collect();
+        let busy: f64 = gpu.iter().map(|p| p.on_cpu_seconds + p.runq_seconds).sum();
+        (busy / window / gpu.len().max(1) as f64).min(1.0)
+    });
     let throttled_hard = throttled.is_some_and(|t| t >= config.throttled_min);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
 
@@ -289,7 +299,7 @@ pub fn assess(
                     pct(idle)
                 ),
             ),
-            Some(l) if factor(l) > 0.0 && l.blocked_share >= config.io_share_min => (
+            Some(l) if saturated(l) && l.blocked_share >= config.io_share_min => (
                 VerdictKind::InputBoundIo,
                 format!(
                     "The data loader waits on storage ({} of its busy time blocked on I/O) while the GPU idles {}: cache the dataset in RAM or on local NVMe, pack small files into larger shards, or raise num_workers to keep more reads in flight.",
@@ -297,13 +307,22 @@ pub fn assess(
                     pct(idle)
                 ),
             ),
-            Some(l) if factor(l) > 0.0 => (
+            Some(l) if saturated(l) => (
                 VerdictKind::InputBoundCpu,
                 format!(
                     "The data loader is CPU-bound (on CPU {}, waiting for a CPU {} of its busy time) while the GPU idles {}: raise num_workers (this host has {cores} cores), lower imgsz, or move augmentation to the GPU.",
                     pct(l.on_cpu_share),
                     pct(l.runq_share),
                     pct(idle)
+                ),
+            ),
+            _ if step_busy.is_some_and(|b| b >= config.step_busy_min) => (
+                VerdictKind::GpuBound,
+                format!(
+                    "The loader keeps up (busy {}); the training step itself is the bottleneck, and the GPU is busy only {} of it: the rest is host-side work in the GPU process (kernel launches, Python, synchronisation; on CPU {} of the time). Larger batches, CUDA graphs or torch.compile, and fewer host syncs raise GPU use; more loader workers will not.",
+                    loader.as_ref().map_or("-".to_owned(), |l| pct(l.busy_fraction)),
+                    pct(busy),
+                    pct(step_busy.unwrap_or(0.0))
                 ),
             ),
             _ => (

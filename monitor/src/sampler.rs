@@ -135,6 +135,14 @@ impl Sampler {
         }
     }
 
+    /// Between rounds further apart than about a second: pulls NVML's per-process samples so
+    /// none age out of the driver's short history before the next round.
+    pub fn poll(&mut self) {
+        if let Ok(g) = &mut self.gpu {
+            g.poll_samples();
+        }
+    }
+
     /// Reads every source once and returns the snapshot of this round.
     pub fn round(&mut self) -> Snapshot {
         let started = Instant::now();
@@ -323,6 +331,7 @@ impl Sampler {
         }
         self.previous.retain(|id, _| workloads.contains_key(id));
         if probe_ok {
+            self.forget_exited_tasks();
             let current = std::mem::take(&mut self.totals);
             self.totals = self.previous_totals.take().unwrap_or_default();
             self.previous_totals = Some(current);
@@ -404,6 +413,34 @@ impl Sampler {
                 self.events.emit(InternalEvent::ProbeMapReadFailed, &e);
                 false
             }
+        }
+    }
+
+    /// Drops from the probe maps the tasks that have exited and whose counters did not move in
+    /// this round (their last window is already counted).
+    fn forget_exited_tasks(&mut self) {
+        let (Ok(probe), Some(previous)) = (self.probe.as_mut(), self.previous_totals.as_ref())
+        else {
+            return;
+        };
+        let gone: Vec<TaskKey> = self
+            .totals
+            .times
+            .iter()
+            .filter(|(k, now)| {
+                previous.times.get(k) == Some(now)
+                    && !self.proc_root.join(k.tgid.to_string()).exists()
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        probe.forget(&gone);
+        for k in &gone {
+            self.totals.times.remove(k);
+            self.totals.reads.remove(k);
+            self.totals.disk.remove(k);
         }
     }
 

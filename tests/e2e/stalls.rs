@@ -89,7 +89,8 @@ fn io_cpu_and_gpu_bound_containers_get_their_verdicts() {
     std::thread::sleep(std::time::Duration::from_secs(2));
 
     let proc = |c: &Container, sm: &std::path::Path| json!({"pid": c.pid, "used_memory_bytes": 4 * GIB, "sm_util_file": sm, "sample_period_ms": 200});
-    let scenario = json!({"devices": [
+    // A driver-like short sample history: the agent must poll within the 4 s window.
+    let scenario = json!({"sample_history_ms": 1500, "devices": [
         {"uuid": "GPU-io", "processes": [proc(&io, &io_sm)]},
         {"uuid": "GPU-cpu", "processes": [proc(&cpu, &cpu_sm)]},
         {"uuid": "GPU-gpu", "processes": [proc(&gpu, &gpu_sm)]}

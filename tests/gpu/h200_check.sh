@@ -40,7 +40,8 @@ for p in snap["gpus"][0]["processes"]:
     print(f"pid {p['pid']:>8} {p['command'] or '?':<10} workload {p['workload']}: gpuwatch {g:.0f} MiB, nvidia-smi {s} MiB, diff {d:.3f}% sm {p['sm_util_percent']} ({p['samples']} samples)")
 print(f"worst diff {worst:.3f}%")
 for w in snap["workloads"]:
-    print("workload", w["id"], "gpu MiB", w["gpu"]["memory_bytes"] / 2**20, "cpu", w["cpu"], "sched", w["sched"], "errors", w["errors"])
+    print("workload", w["id"], "gpu MiB", w["gpu"]["memory_bytes"] / 2**20, "cpu", w["cpu"], "errors", w["errors"])
+    print("  verdict", (w.get("verdict") or {}).get("kind"), "| stall processes", len((w.get("stalls") or {}).get("processes", [])))
 print("sources", snap["sources"])
 PY
 echo "== sample cost (1 Hz)"; $BIN/sample_cost --rounds 30 2>&1 | tee "$OUT/cost.txt"

@@ -17,7 +17,7 @@ use nvml_wrapper_sys::bindings::{
     nvmlReturn_enum_NVML_SUCCESS, nvmlReturn_t,
 };
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::raw::c_uint;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -100,6 +100,17 @@ struct DeviceCursor {
     graphics: Vec<nvmlProcessInfo_t>,
     samples: Vec<nvmlProcessUtilizationSample_t>,
     integrator: SampleIntegrator,
+    /// Samples pulled since the last reading, per PID (see [`GpuSource::poll_samples`]).
+    pending: HashMap<u32, PendingSamples>,
+}
+
+/// Samples of one process accumulated between two readings.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct PendingSamples {
+    sm_sum: u64,
+    mem_sum: u64,
+    count: u32,
+    busy_seconds: f64,
 }
 
 /// The open NVML library and a cursor per GPU.
@@ -152,6 +163,7 @@ impl GpuSource {
                 graphics: Vec::new(),
                 samples: Vec::new(),
                 integrator: SampleIntegrator::default(),
+                pending: HashMap::new(),
             });
         }
         Ok(Self {
@@ -164,6 +176,25 @@ impl GpuSource {
 
     pub fn device_count(&self) -> usize {
         self.devices.len()
+    }
+
+    /// Pulls the per-process utilisation samples of every GPU into the pending accumulations,
+    /// without a full reading. The driver keeps only a short history of samples, so a caller
+    /// whose readings are further apart than about a second polls in between.
+    pub fn poll_samples(&mut self) {
+        for cursor in &mut self.devices {
+            let Ok(device) = self.nvml.device_by_index(cursor.index) else {
+                continue; // the next reading records the failure
+            };
+            // SAFETY: the handle belongs to `self.nvml`, which outlives this call.
+            let handle = unsafe { device.handle() };
+            if let Err(e) = pull_samples(&self.nvml, handle, cursor) {
+                self.events.emit(
+                    InternalEvent::NvmlCallFailed,
+                    format_args!("GPU {}: process_utilization: {e}", cursor.index),
+                );
+            }
+        }
     }
 
     /// Reads every GPU once. Never fails as a whole: a failed query leaves its field empty and
@@ -261,16 +292,12 @@ fn read_device(nvml: &Nvml, cursor: &mut DeviceCursor, events: &EventCounters) -
         &mut cursor.graphics,
     );
     let n_graphics = rec.take("graphics_processes", graphics).unwrap_or(0);
-    let samples = process_samples(lib.nvmlDeviceGetProcessUtilization.as_ref(), handle, cursor);
-    let n_samples = rec.take("process_utilization", samples).unwrap_or(0);
-
-    let samples = &mut cursor.samples[..n_samples];
-    samples.sort_unstable_by_key(|s| s.timeStamp);
+    let pulled = pull_samples(nvml, handle, cursor);
+    rec.take("process_utilization", pulled);
     rec.reading.processes = merge_processes(
         &cursor.compute[..n_compute],
         &cursor.graphics[..n_graphics],
-        samples,
-        &mut cursor.integrator,
+        &mut cursor.pending,
     );
     let live = &rec.reading.processes;
     cursor
@@ -360,6 +387,22 @@ fn list_processes(
     fill_buffer(buf, zero, |ptr, count| unsafe { sym(handle, count, ptr) })
 }
 
+/// Pulls the samples newer than the cursor's last-seen timestamp and adds them, integrated, to
+/// the pending accumulations.
+fn pull_samples(nvml: &Nvml, handle: nvmlDevice_t, cursor: &mut DeviceCursor) -> Result<(), NvmlError> {
+    let n = process_samples(nvml.lib().nvmlDeviceGetProcessUtilization.as_ref(), handle, cursor)?;
+    let samples = &mut cursor.samples[..n];
+    samples.sort_unstable_by_key(|s| s.timeStamp);
+    for s in samples.iter() {
+        let p = cursor.pending.entry(s.pid).or_default();
+        p.sm_sum += u64::from(s.smUtil);
+        p.mem_sum += u64::from(s.memUtil);
+        p.count += 1;
+        p.busy_seconds += cursor.integrator.add(s.pid, s.timeStamp, s.smUtil);
+    }
+    Ok(())
+}
+
 fn process_samples(
     sym: Result<&UtilFn, &libloading::Error>,
     handle: nvmlDevice_t,
@@ -392,12 +435,12 @@ fn process_samples(
     Ok(n)
 }
 
-/// Joins the compute and graphics lists and the utilisation samples into one entry per PID.
+/// Joins the compute and graphics lists and the pending samples into one entry per PID, and
+/// empties `pending` (samples of a PID no longer listed are dropped with it).
 fn merge_processes(
     compute: &[nvmlProcessInfo_t],
     graphics: &[nvmlProcessInfo_t],
-    samples: &[nvmlProcessUtilizationSample_t],
-    integrator: &mut SampleIntegrator,
+    pending: &mut HashMap<u32, PendingSamples>,
 ) -> Vec<ProcessReading> {
     let memory =
         |p: &nvmlProcessInfo_t| (p.usedGpuMemory != VALUE_NOT_AVAILABLE).then_some(p.usedGpuMemory);
@@ -426,19 +469,14 @@ fn merge_processes(
         }
     }
     for p in &mut out {
-        let (mut sm, mut mem, mut n) = (0u64, 0u64, 0u32);
-        for s in samples.iter().filter(|s| s.pid == p.pid) {
-            sm += u64::from(s.smUtil);
-            mem += u64::from(s.memUtil);
-            n += 1;
-            p.sm_busy_seconds += integrator.add(s.pid, s.timeStamp, s.smUtil);
-        }
-        if n > 0 {
-            p.sm_util_percent = Some(sm as f64 / f64::from(n));
-            p.mem_util_percent = Some(mem as f64 / f64::from(n));
-            p.samples = n;
+        if let Some(s) = pending.get(&p.pid).filter(|s| s.count > 0) {
+            p.sm_util_percent = Some(s.sm_sum as f64 / f64::from(s.count));
+            p.mem_util_percent = Some(s.mem_sum as f64 / f64::from(s.count));
+            p.samples = s.count;
+            p.sm_busy_seconds = s.busy_seconds;
         }
     }
+    pending.clear();
     out
 }
 
@@ -468,16 +506,21 @@ mod tests {
 
     #[test]
     fn merges_lists_and_averages_samples() {
+        let mut integrator = SampleIntegrator::default();
+        let mut pending: HashMap<u32, PendingSamples> = HashMap::new();
+        for s in [sample(1, 200_000, 40), sample(1, 400_000, 60), sample(9, 5, 99)] {
+            let p = pending.entry(s.pid).or_default();
+            p.sm_sum += u64::from(s.smUtil);
+            p.mem_sum += u64::from(s.memUtil);
+            p.count += 1;
+            p.busy_seconds += integrator.add(s.pid, s.timeStamp, s.smUtil);
+        }
         let out = merge_processes(
             &[info(1, 100), info(2, VALUE_NOT_AVAILABLE)],
             &[info(1, 120), info(3, 5)],
-            &[
-                sample(1, 200_000, 40),
-                sample(1, 400_000, 60),
-                sample(9, 5, 99),
-            ],
-            &mut SampleIntegrator::default(),
+            &mut pending,
         );
+        assert!(pending.is_empty(), "drained, PID 9 (not listed) dropped");
         assert_eq!(out.len(), 3);
         assert_eq!(out[0].kind, ProcessKind::ComputeAndGraphics);
         assert_eq!(out[0].used_memory_bytes, Some(120));

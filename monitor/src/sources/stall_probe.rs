@@ -303,6 +303,17 @@ impl StallProbe {
         Ok(())
     }
 
+    /// Deletes the entries of tasks that are gone, so the maps (and each round's walk of them)
+    /// hold only live tasks. The caller has already counted their last window.
+    pub fn forget(&mut self, keys: &[TaskKey]) {
+        for key in keys {
+            // NotFound: evicted meanwhile; nothing else can fail for a key of the right type.
+            let _ = self.times.remove(key);
+            let _ = self.reads.remove(key);
+            let _ = self.disk.remove(key);
+        }
+    }
+
     /// Reads every counter into `out` (cleared first).
     pub fn read(&self, out: &mut ProbeTotals) -> Result<(), ProbeError> {
         out.evicted_during_read = 0;

@@ -464,17 +464,15 @@ pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v3(
     })
 }
 
-/// How much sample history the fake driver keeps (real drivers keep a few seconds).
-const SAMPLE_HISTORY: Duration = Duration::from_secs(10);
-
 /// Samples of one device newer than `last_seen` (µs since the epoch), one per process per
 /// `sample_period_ms`, on a grid aligned to the period.
 pub fn samples_since(
     d: &scenario::Device,
     last_seen: u64,
     now_us: u64,
+    history_us: u64,
 ) -> Vec<nvmlProcessUtilizationSample_t> {
-    let oldest = now_us.saturating_sub(SAMPLE_HISTORY.as_micros() as u64);
+    let oldest = now_us.saturating_sub(history_us);
     let mut out = Vec::new();
     for p in &d.processes {
         if p.sm_util_file.is_some() {
@@ -509,10 +507,11 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
     last_seen: c_ulonglong,
 ) -> nvmlReturn_t {
     let index = (handle as usize).wrapping_sub(1);
+    let history_us = with_scenario(|s| s.sample_history_ms * 1000);
     device("nvmlDeviceGetProcessUtilization", handle, |d| {
         let now_us = now_us();
-        let mut samples = samples_since(d, last_seen, now_us);
-        file_sampler::samples_since(index, last_seen, &mut samples);
+        let mut samples = samples_since(d, last_seen, now_us, history_us);
+        file_sampler::samples_since(index, last_seen.max(now_us.saturating_sub(history_us)), &mut samples);
         if samples.is_empty() {
             if !count.is_null() {
                 *count = 0;
@@ -547,11 +546,12 @@ mod tests {
             ..Default::default()
         };
         let now = 1_000_000_000_000u64;
-        let s = samples_since(&d, now - 1_000_000, now);
+        let s = samples_since(&d, now - 1_000_000, now, 10_000_000);
         assert_eq!(s.len(), 5, "1 s at 200 ms");
         assert!(s.iter().all(|x| x.pid == 1 && x.smUtil == 50));
-        assert!(samples_since(&d, now, now).is_empty());
-        assert_eq!(samples_since(&d, 0, now).len(), 50, "history is bounded");
+        assert!(samples_since(&d, now, now, 10_000_000).is_empty());
+        assert_eq!(samples_since(&d, 0, now, 10_000_000).len(), 50, "history is bounded");
+        assert_eq!(samples_since(&d, 0, now, 1_000_000).len(), 5);
     }
 
     #[test]

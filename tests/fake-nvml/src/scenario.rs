@@ -16,8 +16,16 @@ pub struct Scenario {
     /// Milliseconds to sleep in a function before answering, by function name (every device).
     #[serde(default)]
     pub delays_ms: HashMap<String, u64>,
+    /// How much per-process sample history the driver keeps, in milliseconds. Real drivers keep
+    /// only a short history: an agent that queries less often loses samples.
+    #[serde(default = "default_history")]
+    pub sample_history_ms: u64,
     #[serde(default)]
     pub devices: Vec<Device>,
+}
+
+fn default_history() -> u64 {
+    10_000
 }
 
 fn default_driver() -> String {
