@@ -182,33 +182,48 @@ fn try_sched_switch(ctx: &TracePointContext) -> Result<(), u32> {
         } else {
             thread_state::SLEEP
         };
-        // SAFETY: copied out of the map at once.
-        let previous = unsafe { THREADS.get(&tid) }.copied();
-        match previous {
-            // Charge the on-CPU interval (and count the switch) to the task's own key.
-            Some(st) if st.state == thread_state::ON_CPU => charge(&st, now, true, blocked)?,
-            _ => {
-                let since = ThreadState {
+        // Update the thread's entry in place when it has one: replacing an element of an LRU
+        // hash allocates, and this runs on every context switch.
+        match THREADS.get_ptr_mut(&tid) {
+            Some(st) => {
+                // SAFETY: the entry stays valid for this program's run; only the CPU running the
+                // thread updates it here.
+                let copy = unsafe { *st };
+                let on_cpu = if copy.state == thread_state::ON_CPU {
+                    copy
+                } else {
+                    // its switch-in was missed: charge no on-CPU time
+                    ThreadState {
+                        since_ns: now,
+                        ..copy
+                    }
+                };
+                charge(&on_cpu, now, true, blocked)?;
+                if prev_state & TASK_EXITING != 0 {
+                    let _ = THREADS.remove(&tid);
+                } else {
+                    unsafe {
+                        (*st).since_ns = now;
+                        (*st).state = state;
+                        (*st).cgroup_id = key.cgroup_id;
+                    }
+                }
+            }
+            None => {
+                let st = ThreadState {
                     since_ns: now,
                     cgroup_id: key.cgroup_id,
                     tgid: key.tgid,
                     state: thread_state::ON_CPU,
                 };
-                charge(&since, now, true, blocked)?;
+                charge(&st, now, true, blocked)?;
+                if prev_state & TASK_EXITING == 0 {
+                    let st = ThreadState { state, ..st };
+                    THREADS
+                        .insert(&tid, &st, 0)
+                        .map_err(|_| probe_stat::MAP_UPDATE_FAILED)?;
+                }
             }
-        }
-        if prev_state & TASK_EXITING != 0 {
-            let _ = THREADS.remove(&tid);
-        } else {
-            let st = ThreadState {
-                since_ns: now,
-                cgroup_id: key.cgroup_id,
-                tgid: key.tgid,
-                state,
-            };
-            THREADS
-                .insert(&tid, &st, 0)
-                .map_err(|_| probe_stat::MAP_UPDATE_FAILED)?;
         }
     }
     // The incoming task: close whatever it was waiting in (normally the run queue).
@@ -270,6 +285,13 @@ fn try_sys_enter_read() -> Result<(), u32> {
         return Ok(());
     };
     let now = unsafe { bpf_ktime_get_ns() };
+    // In place when the thread has read before (the common case): replacing an element of an
+    // LRU hash allocates.
+    if let Some(start) = READ_START.get_ptr_mut(&tid) {
+        // SAFETY: only this thread, on this CPU, writes its slot.
+        unsafe { *start = now };
+        return Ok(());
+    }
     READ_START
         .insert(&tid, &now, 0)
         .map_err(|_| probe_stat::MAP_UPDATE_FAILED)
@@ -284,11 +306,15 @@ fn try_sys_exit_read(ctx: &TracePointContext) -> Result<(), u32> {
     let Some((key, tid)) = current_task() else {
         return Ok(());
     };
-    // SAFETY: copied at once.
-    let Some(start) = (unsafe { READ_START.get(&tid) }).copied() else {
+    let Some(slot) = READ_START.get_ptr_mut(&tid) else {
         return Err(probe_stat::UNMATCHED_END);
     };
-    let _ = READ_START.remove(&tid);
+    // SAFETY: only this thread writes its slot. 0 marks "no read in flight"; the entry stays for
+    // the thread's next read and goes at its exit.
+    let start = unsafe { core::mem::replace(&mut *slot, 0) };
+    if start == 0 {
+        return Err(probe_stat::UNMATCHED_END);
+    }
     let ret: i64 = field(ctx, &SYS_EXIT_RET_OFFSET)?;
     let dt = unsafe { bpf_ktime_get_ns() }.saturating_sub(start);
     add_io(&READ_STATS, &key, dt, if ret > 0 { ret as u64 } else { 0 })

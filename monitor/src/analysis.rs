@@ -249,7 +249,11 @@ pub fn assess(
     let saturated = |l: &LoaderSummary| l.busy_fraction >= config.loader_saturated;
     // How busy the GPU processes are on the host: launching kernels, Python, synchronising.
     let step_busy = w.stalls.as_ref().map(|s| {
-        let gpu: Vec<_> = s.processes.iter().filter(|p| p.role == ProcessRole::Gpu).collect();
+        let gpu: Vec<_> = s
+            .processes
+            .iter()
+            .filter(|p| p.role == ProcessRole::Gpu)
+            .collect();
         let busy: f64 = gpu.iter().map(|p| p.on_cpu_seconds + p.runq_seconds).sum();
         (busy / window / gpu.len().max(1) as f64).min(1.0)
     });

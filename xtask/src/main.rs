@@ -36,6 +36,12 @@ enum Task {
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// Measure the stall probes' cost (root): kernel ns per traced event and the throughput of a
+    /// syscall- and switch-heavy load with and without them.
+    BenchProbes {
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
     /// Set up, build the release binary and run it with these arguments (default: `snapshot`).
     Run {
         #[arg(last = true)]
@@ -58,6 +64,26 @@ fn main() -> Result<()> {
                 a.extend(args.iter().map(String::as_str));
             }
             cargo(&a)
+        }
+        Task::BenchProbes { args } => {
+            setup::run()?;
+            cargo(&[
+                "build",
+                "--release",
+                "-p",
+                "gpuwatch",
+                "--example",
+                "probe_cost",
+            ])?;
+            let bin = workspace_root().join("target/release/examples/probe_cost");
+            let status = Command::new(&bin)
+                .args(&args)
+                .status()
+                .with_context(|| format!("starting {}", bin.display()))?;
+            if !status.success() {
+                bail!("probe_cost failed ({status})");
+            }
+            Ok(())
         }
         Task::Run { args } => {
             setup::run()?;

@@ -389,8 +389,16 @@ fn list_processes(
 
 /// Pulls the samples newer than the cursor's last-seen timestamp and adds them, integrated, to
 /// the pending accumulations.
-fn pull_samples(nvml: &Nvml, handle: nvmlDevice_t, cursor: &mut DeviceCursor) -> Result<(), NvmlError> {
-    let n = process_samples(nvml.lib().nvmlDeviceGetProcessUtilization.as_ref(), handle, cursor)?;
+fn pull_samples(
+    nvml: &Nvml,
+    handle: nvmlDevice_t,
+    cursor: &mut DeviceCursor,
+) -> Result<(), NvmlError> {
+    let n = process_samples(
+        nvml.lib().nvmlDeviceGetProcessUtilization.as_ref(),
+        handle,
+        cursor,
+    )?;
     let samples = &mut cursor.samples[..n];
     samples.sort_unstable_by_key(|s| s.timeStamp);
     for s in samples.iter() {
@@ -508,7 +516,11 @@ mod tests {
     fn merges_lists_and_averages_samples() {
         let mut integrator = SampleIntegrator::default();
         let mut pending: HashMap<u32, PendingSamples> = HashMap::new();
-        for s in [sample(1, 200_000, 40), sample(1, 400_000, 60), sample(9, 5, 99)] {
+        for s in [
+            sample(1, 200_000, 40),
+            sample(1, 400_000, 60),
+            sample(9, 5, 99),
+        ] {
             let p = pending.entry(s.pid).or_default();
             p.sm_sum += u64::from(s.smUtil);
             p.mem_sum += u64::from(s.memUtil);

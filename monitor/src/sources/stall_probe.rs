@@ -303,6 +303,27 @@ impl StallProbe {
         Ok(())
     }
 
+    /// Per program: (name, runs, total run time in ns), from the kernel's BPF statistics (zero
+    /// unless `kernel.bpf_stats_enabled` is 1). For benchmarks: the per-event cost of tracing.
+    pub fn program_stats(&self) -> Vec<(String, u64, u64)> {
+        use std::os::fd::{AsFd, AsRawFd};
+        let mut out = Vec::new();
+        for (name, program) in self._ebpf.programs() {
+            let Ok(fd) = program.fd() else { continue };
+            let path = format!("/proc/self/fdinfo/{}", fd.as_fd().as_raw_fd());
+            let Ok(info) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            let field = |key: &str| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(key)?.trim().parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            out.push((name.to_owned(), field("run_cnt:"), field("run_time_ns:")));
+        }
+        out
+    }
+
     /// Deletes the entries of tasks that are gone, so the maps (and each round's walk of them)
     /// hold only live tasks. The caller has already counted their last window.
     pub fn forget(&mut self, keys: &[TaskKey]) {

@@ -511,7 +511,11 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
     device("nvmlDeviceGetProcessUtilization", handle, |d| {
         let now_us = now_us();
         let mut samples = samples_since(d, last_seen, now_us, history_us);
-        file_sampler::samples_since(index, last_seen.max(now_us.saturating_sub(history_us)), &mut samples);
+        file_sampler::samples_since(
+            index,
+            last_seen.max(now_us.saturating_sub(history_us)),
+            &mut samples,
+        );
         if samples.is_empty() {
             if !count.is_null() {
                 *count = 0;
@@ -550,7 +554,11 @@ mod tests {
         assert_eq!(s.len(), 5, "1 s at 200 ms");
         assert!(s.iter().all(|x| x.pid == 1 && x.smUtil == 50));
         assert!(samples_since(&d, now, now, 10_000_000).is_empty());
-        assert_eq!(samples_since(&d, 0, now, 10_000_000).len(), 50, "history is bounded");
+        assert_eq!(
+            samples_since(&d, 0, now, 10_000_000).len(),
+            50,
+            "history is bounded"
+        );
         assert_eq!(samples_since(&d, 0, now, 1_000_000).len(), 5);
     }
 
