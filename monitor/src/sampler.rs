@@ -55,6 +55,8 @@ struct WorkloadCgroup {
     stats: Result<CgroupStatsPaths, String>,
     /// Inode of the unified-hierarchy directory: the id eBPF reports.
     cgroup_id: Option<u64>,
+    /// A directory of the cgroup, to notice when it is removed (the workload stopped).
+    dir: Option<PathBuf>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -78,6 +80,10 @@ pub struct Sampler {
     totals: ProbeTotals,
     previous_totals: Option<ProbeTotals>,
     verdict: VerdictConfig,
+    /// The previous round's workloads, to report one that stops with its partial window.
+    last_workloads: BTreeMap<WorkloadId, Workload>,
+    /// The previous round's GPU processes and their workloads, to attribute one that exits.
+    last_pid_workload: HashMap<u32, WorkloadId>,
     events: Arc<EventCounters>,
 }
 
@@ -131,6 +137,8 @@ impl Sampler {
             totals: ProbeTotals::default(),
             previous_totals: None,
             verdict: config.verdict,
+            last_workloads: BTreeMap::new(),
+            last_pid_workload: HashMap::new(),
             events,
         }
     }
@@ -191,7 +199,11 @@ impl Sampler {
                                 reading,
                                 start_time_ticks: None,
                                 command: None,
-                                workload: None,
+                                // gone since the last round: its samples up to the exit still
+                                // belong to the workload it had then
+                                workload: vanished
+                                    .then(|| self.last_pid_workload.get(&pid).cloned())
+                                    .flatten(),
                                 vanished,
                             }
                         }
@@ -201,6 +213,12 @@ impl Sampler {
             gpus.push(Gpu { device, processes });
         }
         self.processes.end_round();
+        self.last_pid_workload = gpus
+            .iter()
+            .flat_map(|g| &g.processes)
+            .filter(|p| !p.vanished)
+            .filter_map(|p| Some((p.reading.pid, p.workload.clone()?)))
+            .collect();
         for (id, membership) in new_memberships {
             self.remember_cgroup(id, &membership);
         }
@@ -258,6 +276,31 @@ impl Sampler {
                     .or_insert_with(|| new_workload(id, None));
             }
         }
+        // Workloads that stopped since the last round: their last, partial window.
+        let ended: Vec<WorkloadId> = self
+            .last_workloads
+            .keys()
+            .filter(|id| !workloads.contains_key(*id))
+            .filter(|id| {
+                let dir = self.cgroups.get(*id).and_then(|c| c.dir.as_ref());
+                dir.is_some_and(|d| !d.exists())
+            })
+            .cloned()
+            .collect();
+        for id in ended {
+            if let Some(mut w) = self.last_workloads.remove(&id) {
+                w.exited = true;
+                w.gpu = WorkloadGpu::default();
+                w.stalls = None;
+                w.verdict = None;
+                w.errors.clear();
+                if let Some(c) = &mut w.cpu {
+                    c.cores = None;
+                    c.throttled_fraction = None;
+                }
+                workloads.insert(id, w);
+            }
+        }
         let window = window_seconds.filter(|w| *w > 0.0);
         let mut gpu_pids: HashSet<u32> = HashSet::new();
         for gpu in &gpus {
@@ -281,8 +324,11 @@ impl Sampler {
             let mut now = Previous::default();
             if let Some(cg) = self.cgroups.get(id) {
                 w.cgroup_path = Some(cg.path.clone());
-                match &cg.stats {
-                    Ok(paths) => match paths.read() {
+                // An exited workload's cgroup is gone: it keeps the values last read.
+                let stats = if w.exited { None } else { Some(&cg.stats) };
+                match stats {
+                    None => {}
+                    Some(Ok(paths)) => match paths.read() {
                         Ok(u) => {
                             let rate =
                                 |now: Option<f64>, before: Option<f64>| match (now, before, window)
@@ -314,7 +360,7 @@ impl Sampler {
                             w.errors.insert("cgroup", e.to_string());
                         }
                     },
-                    Err(e) => {
+                    Some(Err(e)) => {
                         w.errors.insert("cgroup", e.clone());
                     }
                 }
@@ -354,6 +400,11 @@ impl Sampler {
         for w in &mut workloads {
             w.verdict = analysis::assess(w, window, &sources.ebpf, &self.verdict);
         }
+        self.last_workloads = workloads
+            .iter()
+            .filter(|w| !w.exited)
+            .map(|w| (w.id.clone(), w.clone()))
+            .collect();
         workloads.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
         Snapshot {
             schema_version: SCHEMA_VERSION,
@@ -378,12 +429,21 @@ impl Sampler {
             .unified_dir(&self.layout)
             .and_then(|d| std::fs::metadata(d).ok())
             .map(|m| m.ino());
+        // The root cgroup never goes away; any other one does when its workload stops.
+        let dir = (path != "/")
+            .then(|| {
+                membership
+                    .unified_dir(&self.layout)
+                    .or_else(|| membership.controller_dir(&self.layout, "memory"))
+            })
+            .flatten();
         self.cgroups.insert(
             id,
             WorkloadCgroup {
                 path,
                 stats,
                 cgroup_id,
+                dir,
             },
         );
     }
@@ -588,6 +648,7 @@ fn new_workload(id: WorkloadId, container: Option<&Arc<ContainerInfo>>) -> Workl
             gpu_device_requests: c.gpu_device_requests.clone(),
         }),
         id,
+        exited: false,
         cgroup_path: None,
         cpu: None,
         memory: None,

@@ -98,6 +98,9 @@ pub struct Workload {
     /// A human name: the container name, the unit, the cgroup path, or `host`.
     pub name: String,
     pub container: Option<ContainerMeta>,
+    /// The workload stopped during the window (its cgroup is gone): this is its last, partial
+    /// window, reported once, with the CPU and memory last read.
+    pub exited: bool,
     /// The workload's cgroup path (relative to the hierarchy root), when known.
     pub cgroup_path: Option<String>,
     pub cpu: Option<CpuUsage>,

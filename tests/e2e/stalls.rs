@@ -157,3 +157,50 @@ fn io_cpu_and_gpu_bound_containers_get_their_verdicts() {
         .unwrap()
         .contains("GPU is the bottleneck"));
 }
+
+#[test]
+fn a_container_that_stops_mid_window_keeps_its_partial_window() {
+    require_root();
+    let state = tempfile::tempdir().unwrap();
+    let sm = state.path().join("sm");
+    std::fs::write(&sm, "0\n").unwrap();
+    let c = Container::start_with(
+        &unique("stops"),
+        &[("com.docker.compose.service", "short")],
+        &["-v", &format!("{}:/state", state.path().display())],
+        &script("while :; do echo b; done", "0.2"),
+    );
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let scenario = json!({"devices": [{"uuid": "GPU-stop", "processes": [
+        {"pid": c.pid, "used_memory_bytes": 2 * GIB, "sm_util_file": sm, "sample_period_ms": 200}
+    ]}]});
+    let id = c.id.clone();
+    // stop it 1.5 s into the 3 s window
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        docker(&["kill", &id]);
+    });
+    let run = snapshot(&scenario, &["--window", "3s"]);
+    killer.join().unwrap();
+    assert!(run.status.success(), "{}", run.stderr);
+    let s = &run.json;
+    let w = workload(s, &format!("docker:{}", c.id));
+    assert_eq!(w["exited"], true, "{w:#}");
+    assert_eq!(
+        w["name"], c.name,
+        "the container's identity survives its end"
+    );
+    assert_eq!(w["container"]["compose_service"], "short");
+    // Half the window of ~95 % GPU work: its samples up to the exit are kept.
+    let busy = f(&w["gpu"], "busy_fraction");
+    assert!((0.2..=0.75).contains(&busy), "busy {busy}: {w:#}");
+    let stalls = &w["stalls"];
+    assert!(
+        !stalls["processes"].as_array().unwrap().is_empty(),
+        "{stalls:#}"
+    );
+    assert!(w["verdict"].is_object(), "{w:#}");
+    let p = gpu_process(s, 0, c.pid);
+    assert_eq!(p["vanished"], true);
+    assert_eq!(p["workload"], format!("docker:{}", c.id));
+}

@@ -88,6 +88,9 @@ pub struct ProcessReading {
     /// Seconds of full-GPU SM activity the samples stand for (`sm% × covered time`, see
     /// [`crate::gpu_activity`]); divided by the window, the process's GPU busy fraction.
     pub sm_busy_seconds: f64,
+    /// NVML no longer lists the process (it exited during the window); its samples up to then
+    /// are kept here.
+    pub exited: bool,
 }
 
 struct DeviceCursor {
@@ -473,6 +476,23 @@ fn merge_processes(
                 mem_util_percent: None,
                 samples: 0,
                 sm_busy_seconds: 0.0,
+                exited: false,
+            });
+        }
+    }
+    let listed = out.len();
+    for (pid, s) in pending.iter() {
+        if s.count > 0 && !out[..listed].iter().any(|p| p.pid == *pid) {
+            // Samples of a process that left the GPU since: kept, not dropped.
+            out.push(ProcessReading {
+                pid: *pid,
+                kind: ProcessKind::Compute,
+                used_memory_bytes: None,
+                sm_util_percent: None,
+                mem_util_percent: None,
+                samples: 0,
+                sm_busy_seconds: 0.0,
+                exited: true,
             });
         }
     }
@@ -532,8 +552,13 @@ mod tests {
             &[info(1, 120), info(3, 5)],
             &mut pending,
         );
-        assert!(pending.is_empty(), "drained, PID 9 (not listed) dropped");
-        assert_eq!(out.len(), 3);
+        assert!(pending.is_empty(), "drained");
+        assert_eq!(out.len(), 4);
+        let gone = out
+            .iter()
+            .find(|p| p.pid == 9)
+            .expect("an exited process keeps its samples");
+        assert!(gone.exited && gone.samples == 1 && gone.used_memory_bytes.is_none());
         assert_eq!(out[0].kind, ProcessKind::ComputeAndGraphics);
         assert_eq!(out[0].used_memory_bytes, Some(120));
         assert_eq!(out[0].sm_util_percent, Some(50.0));

@@ -1,6 +1,6 @@
-//! Samples of file-driven processes: a thread polls each `sm_util_file` every 10 ms and keeps,
-//! per sample period, the mean value as one sample (none when the mean is 0: the driver reports
-//! only processes that were active), for the last 10 s.
+//! Samples of file-driven processes: a thread polls each `sm_util_file` every 10 ms (0 once the
+//! process is gone) and keeps, per sample period, the mean value as one sample (none when the
+//! mean is 0: the driver reports only processes that were active), for the last 10 s.
 use crate::scenario::Scenario;
 use nvml_wrapper_sys::bindings::nvmlProcessUtilizationSample_t;
 use std::collections::{HashMap, VecDeque};
@@ -44,9 +44,13 @@ fn poll(s: &Scenario) {
             let Some(file) = &p.sm_util_file else {
                 continue;
             };
+            // The driver samples live contexts only: a dead process computes nothing, whatever
+            // its marker file still says.
+            let alive = std::path::Path::new(&format!("/proc/{}", p.pid)).exists();
             let value: u32 = std::fs::read_to_string(file)
                 .ok()
                 .and_then(|t| t.trim().parse().ok())
+                .filter(|_| alive)
                 .unwrap_or(0);
             let t = tracks.entry((index, p.pid)).or_insert_with(|| Track {
                 period_start_us: now,
