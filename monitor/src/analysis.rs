@@ -353,3 +353,185 @@ pub fn assess(
 fn fmt_ms(v: Option<f64>) -> String {
     v.map_or("-".to_owned(), |v| format!("{v:.1}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroup::{WorkloadId, WorkloadKind};
+    use crate::snapshot::{CpuUsage, IoSummary, ProcessStall, StallWindow, WorkloadGpu};
+    use std::collections::BTreeMap;
+
+    fn proc(
+        pid: u32,
+        role: ProcessRole,
+        cpu: f64,
+        runq: f64,
+        blocked: f64,
+        sleep: f64,
+    ) -> ProcessStall {
+        ProcessStall {
+            pid,
+            role,
+            on_cpu_seconds: cpu,
+            runq_seconds: runq,
+            blocked_seconds: blocked,
+            sleep_seconds: sleep,
+            switches: 10,
+            blocked_switches: 0,
+        }
+    }
+
+    fn workload(busy: f64, processes: Vec<ProcessStall>, throttled: Option<f64>) -> Workload {
+        Workload {
+            id: WorkloadId {
+                kind: WorkloadKind::Cgroup,
+                id: "/job".into(),
+            },
+            kind: WorkloadKind::Cgroup,
+            name: "/job".into(),
+            container: None,
+            exited: false,
+            cgroup_path: None,
+            cpu: Some(CpuUsage {
+                usage_seconds_total: 1.0,
+                cores: Some(1.0),
+                limit_cores: throttled.map(|_| 0.5),
+                throttled_seconds_total: throttled,
+                throttled_fraction: throttled,
+            }),
+            memory: None,
+            gpu: WorkloadGpu {
+                memory_bytes: 1 << 30,
+                processes: 1,
+                busy_fraction: Some(busy),
+                per_gpu: Vec::new(),
+            },
+            stalls: Some(StallWindow {
+                cgroup_id: 1,
+                processes,
+                reads: IoSummary::default(),
+                disk: IoSummary::default(),
+            }),
+            verdict: None,
+            errors: BTreeMap::new(),
+        }
+    }
+
+    fn up() -> SourceState {
+        SourceState::up()
+    }
+
+    fn assess1(w: &Workload) -> Verdict {
+        assess(w, Some(1.0), &up(), &VerdictConfig::default()).expect("a GPU workload")
+    }
+
+    const GPU: ProcessRole = ProcessRole::Gpu;
+    const LOADER: ProcessRole = ProcessRole::Loader;
+
+    #[test]
+    fn a_saturated_blocked_loader_is_input_bound_io() {
+        let w = workload(
+            0.1,
+            vec![
+                proc(1, GPU, 0.05, 0.0, 0.0, 0.95),
+                proc(2, LOADER, 0.02, 0.0, 0.95, 0.03),
+            ],
+            None,
+        );
+        let v = assess1(&w);
+        assert_eq!(v.kind, VerdictKind::InputBoundIo);
+        let share = v.input_bound_share.unwrap();
+        assert!((share - 0.9 * 0.97).abs() < 0.01, "{share}");
+        assert!(v.advice.contains("storage"));
+    }
+
+    #[test]
+    fn a_saturated_cpu_loader_is_input_bound_cpu_and_a_quota_is_named() {
+        let loader = vec![
+            proc(1, GPU, 0.05, 0.0, 0.0, 0.95),
+            proc(2, LOADER, 0.6, 0.35, 0.0, 0.05),
+        ];
+        let v = assess1(&workload(0.3, loader.clone(), None));
+        assert_eq!(v.kind, VerdictKind::InputBoundCpu);
+        assert!(v.advice.contains("num_workers"));
+        let v = assess1(&workload(0.3, loader, Some(0.4)));
+        assert_eq!(v.kind, VerdictKind::InputBoundCpu);
+        assert!(v.advice.contains("quota"), "{}", v.advice);
+    }
+
+    #[test]
+    fn a_busy_gpu_is_gpu_bound_and_a_busy_step_too() {
+        let v = assess1(&workload(0.9, vec![proc(1, GPU, 0.9, 0.0, 0.0, 0.1)], None));
+        assert_eq!(v.kind, VerdictKind::GpuBound);
+        assert!(v.input_bound_share.unwrap() < 0.01);
+        // GPU 58 % busy, loader idle, the GPU process busy on the host: the step itself.
+        let v = assess1(&workload(
+            0.58,
+            vec![
+                proc(1, GPU, 0.95, 0.0, 0.0, 3.0),
+                proc(2, LOADER, 0.08, 0.0, 0.0, 2.9),
+            ],
+            None,
+        ));
+        assert_eq!(v.kind, VerdictKind::GpuBound);
+        assert!(v.advice.contains("host-side"), "{}", v.advice);
+        assert!((v.input_bound_share.unwrap() - 0.42 * 0.08).abs() < 0.01);
+    }
+
+    #[test]
+    fn nothing_happening_is_idle_and_an_unexplained_gap_is_unknown() {
+        let v = assess1(&workload(
+            0.0,
+            vec![proc(1, GPU, 0.01, 0.0, 0.0, 0.99)],
+            None,
+        ));
+        assert_eq!(v.kind, VerdictKind::Idle);
+        // GPU half idle, loader and GPU process both mostly asleep: waiting on something else.
+        let v = assess1(&workload(
+            0.5,
+            vec![
+                proc(1, GPU, 0.2, 0.0, 0.0, 0.8),
+                proc(2, LOADER, 0.1, 0.0, 0.0, 0.9),
+            ],
+            None,
+        ));
+        assert_eq!(v.kind, VerdictKind::Unknown);
+    }
+
+    #[test]
+    fn without_ebpf_the_verdict_says_why() {
+        let w = workload(0.4, vec![], None);
+        let down = SourceState::down("stall tracing unavailable: missing CAP_BPF");
+        let v = assess(&w, Some(1.0), &down, &VerdictConfig::default()).unwrap();
+        assert_eq!(v.kind, VerdictKind::Unknown);
+        assert!(v.advice.contains("missing CAP_BPF"));
+        assert_eq!(v.input_bound_share, None);
+    }
+
+    #[test]
+    fn short_lived_helpers_waiting_on_pipes_do_not_dilute_the_loader() {
+        // one reader blocked all window long; ten helpers that lived 0.1 s each, asleep
+        let mut p = vec![
+            proc(1, GPU, 0.05, 0.0, 0.0, 0.95),
+            proc(2, LOADER, 0.01, 0.0, 0.98, 0.01),
+        ];
+        for pid in 10..20 {
+            p.push(proc(pid, LOADER, 0.002, 0.0, 0.0, 0.1));
+        }
+        let v = assess1(&workload(0.1, p, None));
+        assert!(v.loader.unwrap().busy_fraction > 0.9, "{:?}", v.loader);
+        assert_eq!(v.kind, VerdictKind::InputBoundIo);
+    }
+
+    #[test]
+    fn no_gpu_process_no_verdict() {
+        let mut w = workload(0.5, vec![], None);
+        w.gpu.processes = 0;
+        assert!(assess(&w, Some(1.0), &up(), &VerdictConfig::default()).is_none());
+        let w = workload(0.5, vec![], None);
+        assert!(
+            assess(&w, None, &up(), &VerdictConfig::default()).is_none(),
+            "first round"
+        );
+    }
+}
