@@ -9,14 +9,14 @@ use crate::cgroup::stats::CgroupStatsPaths;
 use crate::cgroup::{classify, CgroupLayout, CgroupMembership, WorkloadId, WorkloadKind};
 use crate::events::{EventCounters, InternalEvent};
 use crate::snapshot::{
-    ContainerMeta, CpuUsage, Gpu, GpuProcess, HostInfo, IoSummary, MemoryUsage, ProcessRole,
-    ProcessStall, Snapshot, SourceState, Sources, StallWindow, Workload, WorkloadGpu,
+    ContainerMeta, CpuUsage, Gpu, GpuProcess, HostInfo, IoSummary, MemoryUsage, ProbeHealth,
+    ProcessRole, ProcessStall, Snapshot, SourceState, Sources, StallWindow, Workload, WorkloadGpu,
     WorkloadGpuShare, SCHEMA_VERSION,
 };
 use crate::sources::docker::{ContainerInfo, DockerCache};
 use crate::sources::gpu::{GpuSource, GpuSourceConfig};
 use crate::sources::stall_probe::{ProbeTotals, StallProbe};
-use monitor_common::{IoStats, TaskKey, TaskTimes, LATENCY_BUCKETS};
+use monitor_common::{probe_stat, IoStats, TaskKey, TaskTimes, LATENCY_BUCKETS};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -80,6 +80,8 @@ pub struct Sampler {
     totals: ProbeTotals,
     previous_totals: Option<ProbeTotals>,
     verdict: VerdictConfig,
+    /// The kernel side's failure counters as last read.
+    latest_failures: [u64; probe_stat::COUNT as usize],
     /// The previous round's workloads, to report one that stops with its partial window.
     last_workloads: BTreeMap<WorkloadId, Workload>,
     /// The previous round's GPU processes and their workloads, to attribute one that exits.
@@ -137,6 +139,7 @@ impl Sampler {
             totals: ProbeTotals::default(),
             previous_totals: None,
             verdict: config.verdict,
+            latest_failures: [0; probe_stat::COUNT as usize],
             last_workloads: BTreeMap::new(),
             last_pid_workload: HashMap::new(),
             events,
@@ -392,7 +395,14 @@ impl Sampler {
             },
             docker: docker_state,
             ebpf: match &self.probe {
-                Ok(_) => SourceState::up(),
+                Ok(p) if p.missing.is_empty() => SourceState::up(),
+                Ok(p) => SourceState {
+                    up: true,
+                    detail: Some(format!(
+                        "not traced on this kernel: {}",
+                        p.missing.join("; ")
+                    )),
+                },
                 Err(e) => SourceState::down(e.clone()),
             },
         };
@@ -419,6 +429,12 @@ impl Sampler {
             gpus,
             workloads,
             internal_events: self.events.to_map(),
+            probes: self.probe.as_ref().ok().map(|p| ProbeHealth {
+                missing: p.missing.clone(),
+                map_update_failed: self.latest_failures[probe_stat::MAP_UPDATE_FAILED as usize],
+                field_read_failed: self.latest_failures[probe_stat::FIELD_READ_FAILED as usize],
+                unmatched_end: self.latest_failures[probe_stat::UNMATCHED_END as usize],
+            }),
         }
     }
 
@@ -463,6 +479,7 @@ impl Sampler {
         }
         match probe.read(&mut self.totals) {
             Ok(()) => {
+                self.latest_failures = self.totals.failures;
                 let evicted = self.totals.evicted_during_read;
                 if evicted > 0 {
                     self.events.add(InternalEvent::ProbeEntriesEvicted, evicted);

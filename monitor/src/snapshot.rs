@@ -28,6 +28,21 @@ pub struct Snapshot {
     pub workloads: Vec<Workload>,
     /// Counts of the agent's own failures since it started, by name.
     pub internal_events: BTreeMap<&'static str, u64>,
+    /// The eBPF probes' own health, when they are loaded.
+    pub probes: Option<ProbeHealth>,
+}
+
+/// What the kernel side counted against itself, and what this kernel cannot trace.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ProbeHealth {
+    /// Parts not traced on this kernel, with the reason (`"read latency: …"`).
+    pub missing: Vec<String>,
+    /// Map updates that failed in the kernel (a full map), since load.
+    pub map_update_failed: u64,
+    /// Tracepoint field reads that failed, since load.
+    pub field_read_failed: u64,
+    /// Syscall exits without their entry (entered before tracing, or the entry evicted).
+    pub unmatched_end: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]

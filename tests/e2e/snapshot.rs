@@ -2,6 +2,7 @@
 //! NVML; `gpuwatch snapshot --json` must attribute every GPU process correctly.
 mod support;
 
+use gpuwatch::cgroup::{classify, CgroupMembership};
 use serde_json::{json, Value};
 use support::*;
 
@@ -57,6 +58,15 @@ fn attributes_gpu_processes_to_containers_host_and_skips_vanished() {
     let s = &run.json;
     assert!(run.status.success(), "{}", run.stderr);
     assert_eq!(s["schema_version"], 1);
+    // This kernel has every tracepoint the probes use; their own failure counters are shown.
+    assert_eq!(s["probes"]["missing"], json!([]), "{:#}", s["probes"]);
+    for counter in ["map_update_failed", "field_read_failed", "unmatched_end"] {
+        assert!(
+            s["probes"][counter].is_u64(),
+            "{counter}: {:#}",
+            s["probes"]
+        );
+    }
     for source in ["nvml", "docker", "ebpf"] {
         assert_eq!(
             s["sources"][source]["up"], true,
@@ -130,12 +140,20 @@ fn attributes_gpu_processes_to_containers_host_and_skips_vanished() {
     assert_eq!(tp["command"], "sh");
     assert_eq!(tp["kind"], "compute");
 
-    // Dead and exiting PIDs are reported as vanished, attributed to nobody, and counted.
-    for pid in [dead, short_pid] {
-        let p = gpu_process(s, 0, pid);
-        assert_eq!(p["vanished"], true, "{p:#}");
-        assert_eq!(p["workload"], Value::Null);
-    }
+    // A PID that was never alive is vanished and attributed to nobody; one that exited during
+    // the window is vanished too but keeps the workload it had (its samples up to the exit are
+    // its workload's). Both are counted.
+    let d = gpu_process(s, 0, dead);
+    assert_eq!(d["vanished"], true, "{d:#}");
+    assert_eq!(d["workload"], Value::Null);
+    let gone = gpu_process(s, 0, short_pid);
+    assert_eq!(gone["vanished"], true, "{gone:#}");
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let own = classify(CgroupMembership::parse(&own).identity_path()).to_string();
+    assert_eq!(
+        gone["workload"], own,
+        "the workload of the test process that spawned it"
+    );
     assert!(
         s["internal_events"]["gpu_process_vanished"]
             .as_u64()
@@ -149,8 +167,8 @@ fn attributes_gpu_processes_to_containers_host_and_skips_vanished() {
         .map(|w| w["gpu"]["processes"].as_u64().unwrap())
         .sum();
     assert_eq!(
-        attributed, 4,
-        "trainer ×2, eval, host; not the vanished ones"
+        attributed, 5,
+        "trainer x2, eval, host, the exited one; not the never-alive PID"
     );
     reaper.join().unwrap().unwrap();
 }

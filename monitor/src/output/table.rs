@@ -157,12 +157,21 @@ pub fn render_snapshot(s: &Snapshot) -> String {
         ("docker", &s.sources.docker),
         ("ebpf", &s.sources.ebpf),
     ] {
-        if let SourceState { up: false, detail } = st {
-            let _ = writeln!(
-                out,
-                "{name}: down ({})",
-                detail.as_deref().unwrap_or("unknown")
-            );
+        match st {
+            SourceState { up: false, detail } => {
+                let detail = detail.as_deref().unwrap_or("unknown");
+                let _ = writeln!(out, "{name}: down ({detail})");
+            }
+            SourceState {
+                up: true,
+                detail: Some(d),
+            } => {
+                let _ = writeln!(out, "{name}: {d}");
+            }
+            SourceState {
+                up: true,
+                detail: None,
+            } => {}
         }
     }
     out
