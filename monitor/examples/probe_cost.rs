@@ -4,7 +4,8 @@
 //! (each round trip: two reads, two writes, two context switches) — runs in a cgroup of its own,
 //! alternately without and with the stall probes loaded and watching that cgroup. Prints the
 //! average kernel time per traced event (BPF statistics: run_time_ns / run_cnt, per program) and
-//! the load's throughput with the probes over without, from the same run.
+//! the load's throughput with the probes over without, from the same run. With `--unwatched` the
+//! probes watch another cgroup: the cost the rest of the host pays.
 use gpuwatch::cgroup::CgroupLayout;
 use gpuwatch::sources::stall_probe::StallProbe;
 use std::collections::HashSet;
@@ -87,12 +88,14 @@ fn run_load(cgroup_procs: &Path, secs: f64) -> anyhow::Result<f64> {
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
-    let (mut secs, mut rounds) = (3.0f64, 3usize);
+    let (mut secs, mut rounds, mut unwatched) = (3.0f64, 3usize, false);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--load" => return pingpong(args.next().unwrap_or_default().parse()?),
             "--seconds" => secs = args.next().unwrap_or_default().parse()?,
             "--rounds" => rounds = args.next().unwrap_or_default().parse()?,
+            // the load's cgroup is not watched: the cost every other task of the host pays
+            "--unwatched" => unwatched = true,
             other => anyhow::bail!("unknown argument {other}"),
         }
     }
@@ -112,7 +115,8 @@ fn main() -> anyhow::Result<()> {
     for _ in 0..rounds {
         without.push(run_load(&procs, secs)?);
         let mut probe = StallProbe::load(true)?;
-        probe.watch(&HashSet::from([cgroup_id]))?;
+        let watched = if unwatched { u64::MAX } else { cgroup_id };
+        probe.watch(&HashSet::from([watched]))?;
         with.push(run_load(&procs, secs)?);
         for (name, cnt, ns) in probe.program_stats() {
             match totals.iter_mut().find(|t| t.0 == name) {
