@@ -15,7 +15,7 @@ use crate::snapshot::{
 };
 use crate::sources::docker::{ContainerInfo, DockerCache};
 use crate::sources::gpu::{GpuSource, GpuSourceConfig};
-use crate::sources::stall_probe::{ProbeTotals, StallProbe};
+use crate::sources::stall_probe::{Accumulate, ProbeTotals, StallProbe};
 use monitor_common::{probe_stat, IoStats, TaskKey, TaskTimes, LATENCY_BUCKETS};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
@@ -578,12 +578,7 @@ fn io_window(
     let mut total = IoStats::default();
     for (key, n) in now.iter().filter(|(k, _)| k.cgroup_id == cgroup_id) {
         let d = before.get(key).and_then(|b| io_delta(n, b)).unwrap_or(*n);
-        total.count += d.count;
-        total.bytes += d.bytes;
-        total.total_ns += d.total_ns;
-        for (a, b) in total.hist.iter_mut().zip(d.hist.iter()) {
-            *a += b;
-        }
+        total.accumulate(&d);
     }
     io_summary(&total)
 }
