@@ -134,7 +134,48 @@ fn test(no_lint: bool, extra: &[String]) -> Result<()> {
         args.push("--");
         args.extend(extra.iter().map(String::as_str));
     }
-    cargo(&args)
+    cargo_test_tally(&args)
+}
+
+/// Runs `cargo test`, echoing its output, and ends with one line totalling every test binary's
+/// `test result:` line (cargo's own last line is often a doc-test run of 0 tests).
+fn cargo_test_tally(args: &[&str]) -> Result<()> {
+    use std::io::{BufRead, BufReader};
+    eprintln!("[xtask] cargo {}", args.join(" "));
+    let mut child = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()))
+        .args(args)
+        .current_dir(workspace_root())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("starting cargo test")?;
+    let (mut passed, mut failed, mut ignored) = (0u64, 0u64, 0u64);
+    let stdout = child.stdout.take().context("cargo test's stdout")?;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.context("reading cargo test's output")?;
+        println!("{line}");
+        if let Some(rest) = line.strip_prefix("test result: ") {
+            let count = |word: &str| -> u64 {
+                rest.split(';')
+                    .find_map(|part| {
+                        part.trim()
+                            .trim_start_matches("ok. ")
+                            .trim_start_matches("FAILED. ")
+                            .strip_suffix(word)
+                    })
+                    .and_then(|n| n.trim().parse().ok())
+                    .unwrap_or(0)
+            };
+            passed += count(" passed");
+            failed += count(" failed");
+            ignored += count(" ignored");
+        }
+    }
+    let status = child.wait().context("waiting for cargo test")?;
+    println!("tests: {passed} passed, {failed} failed, {ignored} skipped");
+    if !status.success() {
+        bail!("cargo {} failed ({status})", args.join(" "));
+    }
+    Ok(())
 }
 
 fn run(args: &[String]) -> Result<()> {
