@@ -37,6 +37,33 @@ enum LogFormat {
 enum Command {
     /// Sample the host over one window and print every running container and GPU.
     Snapshot(SnapshotArgs),
+    /// Record a sample every interval to CSV or JSON Lines, until --duration or Ctrl-C/SIGTERM.
+    Record(RecordArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum RecordFormat {
+    /// One row per sample per GPU and per workload (docs/snapshot-schema.md, "CSV").
+    Csv,
+    /// One snapshot JSON document per line.
+    Jsonl,
+}
+
+#[derive(Args)]
+struct RecordArgs {
+    #[command(flatten)]
+    sources: SourceArgs,
+    /// Time between samples.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    interval: Duration,
+    /// Stop after this long (default: until Ctrl-C or SIGTERM).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
+    /// Where to write; `-` is standard output.
+    #[arg(long, short, default_value = "-")]
+    output: PathBuf,
+    #[arg(long, value_enum, default_value_t = RecordFormat::Csv)]
+    format: RecordFormat,
 }
 
 /// Where the agent gets its data.
@@ -97,11 +124,23 @@ struct SnapshotArgs {
     window: Duration,
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // The whole chain on one line: what failed, and why.
+            eprintln!("gpuwatch: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
     let cli = Cli::parse();
     init_logging(cli.log_format, &cli.log)?;
     match cli.command {
         Command::Snapshot(args) => snapshot(&args),
+        Command::Record(args) => record(&args),
     }
 }
 
@@ -147,6 +186,94 @@ fn snapshot(args: &SnapshotArgs) -> Result<()> {
         stdout
             .write_all(table::render_snapshot(&snap).as_bytes())
             .context("writing the table")?;
+    }
+    Ok(())
+}
+
+/// Sleeps until `until`, pulling NVML's per-process samples every 500 ms meanwhile; returns
+/// early (false) when `stop` is set.
+fn wait_polling(
+    agent: &mut Agent,
+    until: std::time::Instant,
+    stop: &std::sync::atomic::AtomicBool,
+) -> bool {
+    use std::sync::atomic::Ordering;
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        let now = std::time::Instant::now();
+        if now >= until {
+            return true;
+        }
+        std::thread::sleep((until - now).min(Duration::from_millis(500)));
+        if std::time::Instant::now() < until {
+            agent.sampler.poll();
+        }
+    }
+}
+
+fn record(args: &RecordArgs) -> Result<()> {
+    use std::io::IsTerminal;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    anyhow::ensure!(!args.interval.is_zero(), "--interval must be more than 0");
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
+    }
+    let to_stdout = args.output.as_os_str() == "-";
+    let name = if to_stdout {
+        "standard output".to_owned()
+    } else {
+        args.output.display().to_string()
+    };
+    let sink: Box<dyn Write> = if to_stdout {
+        Box::new(std::io::stdout().lock())
+    } else {
+        Box::new(std::fs::File::create(&args.output).with_context(|| format!("creating {name}"))?)
+    };
+    let mut out = std::io::BufWriter::new(sink);
+    let progress = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+
+    let mut agent = Agent::start(&args.sources.agent_config(), Duration::from_secs(3))
+        .context("starting the agent")?;
+    agent.sampler.round(); // baseline: rates and samples cover each interval from the first row on
+    if let RecordFormat::Csv = args.format {
+        writeln!(out, "{}", gpuwatch::output::csv::HEADER)
+            .with_context(|| format!("writing {name}"))?;
+    }
+    let started = std::time::Instant::now();
+    let mut next = started + args.interval;
+    let mut samples = 0u64;
+    while wait_polling(&mut agent, next, &stop) {
+        let snap = agent.sampler.round();
+        match args.format {
+            RecordFormat::Csv => out.write_all(gpuwatch::output::csv::rows(&snap).as_bytes()),
+            RecordFormat::Jsonl => serde_json::to_writer(&mut out, &snap)
+                .map_err(std::io::Error::from)
+                .and_then(|()| out.write_all(b"\n")),
+        }
+        .and_then(|()| out.flush()) // every sample reaches the file: a kill loses nothing written
+        .with_context(|| format!("writing {name} (the {samples} samples before were written)"))?;
+        samples += 1;
+        if progress {
+            eprint!(
+                "\rrecording: {samples} samples, {:.0?} elapsed -> {name}   ",
+                started.elapsed()
+            );
+        }
+        if args.duration.is_some_and(|d| started.elapsed() >= d) {
+            break;
+        }
+        next += args.interval;
+    }
+    out.flush().with_context(|| format!("writing {name}"))?;
+    if progress {
+        eprintln!();
+    }
+    if stop.load(Ordering::Relaxed) {
+        tracing::info!("stopped by a signal after {samples} samples; {name} is complete");
     }
     Ok(())
 }

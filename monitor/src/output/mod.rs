@@ -1,2 +1,3 @@
 //! Renderings of a snapshot.
+pub mod csv;
 pub mod table;

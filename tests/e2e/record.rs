@@ -1,0 +1,172 @@
+//! `gpuwatch record`: rows per sample per GPU and per container, nothing lost on SIGTERM, a clear
+//! error on a full disk.
+mod support;
+
+use serde_json::json;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use support::*;
+
+fn record_cmd(scenario: &std::path::Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuwatch"));
+    cmd.arg("record")
+        .args(args)
+        .env("GPUWATCH_NVML_LIB", fake_nvml_lib())
+        .env("FAKE_NVML_SCENARIO", scenario)
+        .env("NO_COLOR", "1");
+    cmd
+}
+
+fn write_scenario(dir: &std::path::Path, pid: u32) -> std::path::PathBuf {
+    let path = dir.join("scenario.json");
+    let s = json!({"devices": [{"uuid": "GPU-rec", "utilization_gpu": 60,
+        "processes": [{"pid": pid, "used_memory_bytes": 3 * GIB, "sm_util": 60}]}]});
+    std::fs::write(&path, serde_json::to_vec(&s).unwrap()).unwrap();
+    path
+}
+
+#[test]
+fn csv_has_a_row_per_sample_per_gpu_and_per_container() {
+    require_root();
+    let c = Container::start(
+        &unique("rec"),
+        &[("com.docker.compose.service", "rec-svc")],
+        "sleep 3600",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = write_scenario(dir.path(), c.pid);
+    let out = dir.path().join("gpu_log.csv");
+    let status = record_cmd(
+        &scenario,
+        &["--interval", "300ms", "--duration", "1500ms", "-o"],
+    )
+    .arg(&out)
+    .status()
+    .unwrap();
+    assert!(status.success());
+    let text = std::fs::read_to_string(&out).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    assert_eq!(header[0], "timestamp");
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert!(rows.iter().all(|r| r.len() == header.len()), "{text}");
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let gpu_rows: Vec<_> = rows.iter().filter(|r| r[col("record")] == "gpu").collect();
+    assert!(gpu_rows.len() >= 4, "one GPU row per sample: {text}");
+    assert!(gpu_rows
+        .iter()
+        .all(|r| r[col("gpu_uuid")] == "GPU-rec" && r[col("utilization_gpu_percent")] == "60"));
+    let mine: Vec<_> = rows
+        .iter()
+        .filter(|r| r[col("workload_name")] == c.name)
+        .collect();
+    assert_eq!(
+        mine.len(),
+        gpu_rows.len(),
+        "one row per sample for the container: {text}"
+    );
+    assert!(mine.iter().all(|r| r[col("compose_service")] == "rec-svc"
+        && r[col("gpu_memory_bytes")] == (3 * GIB).to_string()));
+    let ms: Vec<u64> = gpu_rows
+        .iter()
+        .map(|r| r[col("unix_ms")].parse().unwrap())
+        .collect();
+    assert!(
+        ms.windows(2).all(|w| w[1] > w[0]),
+        "timestamps increase: {ms:?}"
+    );
+}
+
+#[test]
+fn sigterm_stops_cleanly_with_every_line_complete() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = write_scenario(dir.path(), std::process::id());
+    let out = dir.path().join("log.jsonl");
+    let mut child = record_cmd(
+        &scenario,
+        &[
+            "--no-docker",
+            "--interval",
+            "200ms",
+            "--format",
+            "jsonl",
+            "-o",
+        ],
+    )
+    .arg(&out)
+    .spawn()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.ends_with('\n'));
+    let docs: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(docs.len() >= 3, "{} samples", docs.len());
+    assert!(docs
+        .iter()
+        .all(|d| d["schema_version"] == 1 && d["gpus"][0]["uuid"] == "GPU-rec"));
+}
+
+#[test]
+fn a_full_disk_is_a_clear_error_and_keeps_what_was_written() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = write_scenario(dir.path(), std::process::id());
+    let mnt = dir.path().join("small");
+    std::fs::create_dir(&mnt).unwrap();
+    let ok = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=16k", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    assert!(ok.success(), "mounting a 16 KiB tmpfs");
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _guard = Unmount(mnt.clone());
+    let out = mnt.join("log.csv");
+    let run = record_cmd(
+        &scenario,
+        &[
+            "--no-docker",
+            "--interval",
+            "20ms",
+            "--duration",
+            "60s",
+            "-o",
+        ],
+    )
+    .arg(&out)
+    .stderr(Stdio::piped())
+    .output()
+    .unwrap();
+    assert!(!run.status.success(), "a full disk must fail the recording");
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        err.contains("No space left on device") && err.contains("log.csv"),
+        "{err}"
+    );
+    let text = std::fs::read_to_string(&out).unwrap();
+    let complete: Vec<&str> = text
+        .split_inclusive('\n')
+        .filter(|l| l.ends_with('\n'))
+        .collect();
+    assert!(
+        complete.len() > 10,
+        "the rows before the disk filled are kept"
+    );
+    assert!(
+        complete.iter().skip(1).all(|l| l.starts_with("20")),
+        "complete rows are intact"
+    );
+}
