@@ -165,18 +165,10 @@ fn snapshot(args: &SnapshotArgs) -> Result<()> {
         .context("starting the agent")?;
     // The first round is the baseline; the second covers the window.
     agent.sampler.round();
-    // Pull NVML's per-process samples every 500 ms in between: the driver keeps only a short
-    // history, and a long window read at its end alone would miss most of it.
-    let deadline = std::time::Instant::now() + args.window;
-    while let Some(left) = deadline
-        .checked_duration_since(std::time::Instant::now())
-        .filter(|d| !d.is_zero())
-    {
-        std::thread::sleep(left.min(Duration::from_millis(500)));
-        if std::time::Instant::now() < deadline {
-            agent.sampler.poll();
-        }
-    }
+    // NVML's per-process samples are pulled every 500 ms meanwhile: the driver keeps only a
+    // short history, and a long window read at its end alone would miss most of it.
+    let never = std::sync::atomic::AtomicBool::new(false);
+    wait_polling(&mut agent, std::time::Instant::now() + args.window, &never);
     let snap = agent.sampler.round();
     let mut stdout = std::io::stdout().lock();
     if args.json {
