@@ -232,7 +232,7 @@ fn record(args: &RecordArgs) -> Result<()> {
         .context("starting the agent")?;
     agent.sampler.round(); // baseline: rates and samples cover each interval from the first row on
     if let RecordFormat::Csv = args.format {
-        writeln!(out, "{}", gpuwatch::output::csv::HEADER)
+        writeln!(out, "{}", gpuwatch::output::csv::header())
             .with_context(|| format!("writing {name}"))?;
     }
     let started = std::time::Instant::now();

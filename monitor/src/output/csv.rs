@@ -2,13 +2,39 @@
 //! column, so a spreadsheet or pandas reads it directly (the seed had to bolt timestamps onto
 //! `nvidia-smi -lms` output with awk). Empty cells are values that could not be measured.
 use crate::snapshot::Snapshot;
-use std::fmt::Write;
 
-pub const HEADER: &str = "timestamp,unix_ms,record,gpu_index,gpu_uuid,gpu_name,\
-utilization_gpu_percent,memory_used_bytes,memory_total_bytes,temperature_celsius,power_watts,\
-power_limit_watts,sm_clock_mhz,clocks_event_reasons,workload_id,workload_name,image,\
-compose_service,gpu_memory_bytes,gpu_busy_fraction,cpu_cores,memory_bytes,verdict,\
-input_bound_share";
+/// The columns, in order.
+pub const COLUMNS: [&str; 24] = [
+    "timestamp",
+    "unix_ms",
+    "record",
+    "gpu_index",
+    "gpu_uuid",
+    "gpu_name",
+    "utilization_gpu_percent",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "temperature_celsius",
+    "power_watts",
+    "power_limit_watts",
+    "sm_clock_mhz",
+    "clocks_event_reasons",
+    "workload_id",
+    "workload_name",
+    "image",
+    "compose_service",
+    "gpu_memory_bytes",
+    "gpu_busy_fraction",
+    "cpu_cores",
+    "memory_bytes",
+    "verdict",
+    "input_bound_share",
+];
+
+/// The header line (without its newline).
+pub fn header() -> String {
+    COLUMNS.join(",")
+}
 
 /// Quotes a field when it needs it (RFC 4180).
 fn field(out: &mut String, v: &str) {
@@ -21,88 +47,84 @@ fn field(out: &mut String, v: &str) {
     }
 }
 
-fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
-    v.map_or_else(String::new, |v| v.to_string())
+/// One row under construction: cells by column name, empty unless set.
+struct Row([String; COLUMNS.len()]);
+
+impl Row {
+    fn new(timestamp: &str, unix_ms: u64, record: &str) -> Self {
+        let mut r = Self(Default::default());
+        r.set("timestamp", timestamp);
+        r.set("unix_ms", unix_ms);
+        r.set("record", record);
+        r
+    }
+
+    fn set(&mut self, column: &str, value: impl std::fmt::Display) {
+        let i = COLUMNS
+            .iter()
+            .position(|c| *c == column)
+            .expect("a column of COLUMNS");
+        self.0[i] = value.to_string();
+    }
+
+    fn set_opt<T: std::fmt::Display>(&mut self, column: &str, value: Option<T>) {
+        if let Some(v) = value {
+            self.set(column, v);
+        }
+    }
+
+    fn write(&self, out: &mut String) {
+        for (i, c) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            field(out, c);
+        }
+        out.push('\n');
+    }
 }
 
 /// The rows of one snapshot, each ending in a newline.
 pub fn rows(s: &Snapshot) -> String {
     let mut out = String::new();
-    let mut row = |cells: &[String]| {
-        for (i, c) in cells.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            field(&mut out, c);
-        }
-        out.push('\n');
-    };
-    let ts = s.taken_at.clone();
-    let ms = s.taken_at_unix_ms.to_string();
     for g in &s.gpus {
         let d = &g.device;
-        row(&[
-            ts.clone(),
-            ms.clone(),
-            "gpu".into(),
-            d.index.to_string(),
-            opt(d.uuid.as_deref()),
-            opt(d.name.as_deref()),
-            opt(d.utilization_gpu_percent),
-            opt(d.memory_used_bytes),
-            opt(d.memory_total_bytes),
-            opt(d.temperature_celsius),
-            opt(d.power_watts),
-            opt(d.power_limit_watts),
-            opt(d.sm_clock_mhz),
-            d.clocks_event_reasons.join("|"),
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-        ]);
+        let mut r = Row::new(&s.taken_at, s.taken_at_unix_ms, "gpu");
+        r.set("gpu_index", d.index);
+        r.set_opt("gpu_uuid", d.uuid.as_deref());
+        r.set_opt("gpu_name", d.name.as_deref());
+        r.set_opt("utilization_gpu_percent", d.utilization_gpu_percent);
+        r.set_opt("memory_used_bytes", d.memory_used_bytes);
+        r.set_opt("memory_total_bytes", d.memory_total_bytes);
+        r.set_opt("temperature_celsius", d.temperature_celsius);
+        r.set_opt("power_watts", d.power_watts);
+        r.set_opt("power_limit_watts", d.power_limit_watts);
+        r.set_opt("sm_clock_mhz", d.sm_clock_mhz);
+        r.set("clocks_event_reasons", d.clocks_event_reasons.join("|"));
+        r.write(&mut out);
     }
     for w in &s.workloads {
         let c = w.container.as_ref();
-        let mut gpu_index = String::new();
-        for (i, g) in w.gpu.per_gpu.iter().enumerate() {
-            if i > 0 {
-                gpu_index.push('|');
-            }
-            let _ = write!(gpu_index, "{}", g.index);
-        }
-        row(&[
-            ts.clone(),
-            ms.clone(),
-            "workload".into(),
-            gpu_index,
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-            w.id.to_string(),
-            w.name.clone(),
-            opt(c.map(|c| c.image.as_str())),
-            opt(c.and_then(|c| c.compose_service.as_deref())),
-            w.gpu.memory_bytes.to_string(),
-            opt(w.gpu.busy_fraction),
-            opt(w.cpu.and_then(|c| c.cores)),
-            opt(w.memory.map(|m| m.usage_bytes)),
-            opt(w.verdict.as_ref().map(|v| v.kind.label())),
-            opt(w.verdict.as_ref().and_then(|v| v.input_bound_share)),
-        ]);
+        let mut r = Row::new(&s.taken_at, s.taken_at_unix_ms, "workload");
+        let gpus: Vec<String> = w.gpu.per_gpu.iter().map(|g| g.index.to_string()).collect();
+        r.set("gpu_index", gpus.join("|"));
+        r.set("workload_id", &w.id);
+        r.set("workload_name", &w.name);
+        r.set_opt("image", c.map(|c| c.image.as_str()));
+        r.set_opt(
+            "compose_service",
+            c.and_then(|c| c.compose_service.as_deref()),
+        );
+        r.set("gpu_memory_bytes", w.gpu.memory_bytes);
+        r.set_opt("gpu_busy_fraction", w.gpu.busy_fraction);
+        r.set_opt("cpu_cores", w.cpu.and_then(|c| c.cores));
+        r.set_opt("memory_bytes", w.memory.map(|m| m.usage_bytes));
+        r.set_opt("verdict", w.verdict.as_ref().map(|v| v.kind.label()));
+        r.set_opt(
+            "input_bound_share",
+            w.verdict.as_ref().and_then(|v| v.input_bound_share),
+        );
+        r.write(&mut out);
     }
     out
 }
@@ -123,7 +145,15 @@ mod tests {
     }
 
     #[test]
-    fn header_and_rows_have_the_same_width() {
-        assert_eq!(HEADER.split(',').count(), 24);
+    fn every_row_has_every_column() {
+        let mut out = String::new();
+        let mut r = Row::new("t", 1, "gpu");
+        r.set("input_bound_share", 0.5);
+        r.write(&mut out);
+        assert_eq!(
+            out.trim_end().split(',').count(),
+            header().split(',').count()
+        );
+        assert!(out.trim_end().ends_with(",0.5"));
     }
 }
