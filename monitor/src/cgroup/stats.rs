@@ -119,6 +119,8 @@ impl CgroupStatsPaths {
 
     /// Reads the counters now.
     pub fn read(&self) -> Result<CgroupUsage, StatsError> {
+        // v2 keeps usage and throttling in one file: read it once.
+        let mut v2_cpu_stat: Option<String> = None;
         let cpu_usage_seconds_total = match &self.cpu {
             CpuSource::V1(p) => read_u64(p, "cpuacct.usage")? as f64 / 1e9,
             CpuSource::V2(p) => {
@@ -127,7 +129,9 @@ impl CgroupStatsPaths {
                     .lines()
                     .find_map(|l| l.strip_prefix("usage_usec "))
                     .ok_or_else(|| parse_error(p, "usage_usec", &text))?;
-                parse_u64(p, "usage_usec", usec)? as f64 / 1e6
+                let seconds = parse_u64(p, "usage_usec", usec)? as f64 / 1e6;
+                v2_cpu_stat = Some(text);
+                seconds
             }
         };
         let (memory_bytes, memory_limit_bytes) = match &self.memory {
@@ -174,8 +178,12 @@ impl CgroupStatsPaths {
                         let (q, p) = (q.parse::<f64>().ok()?, p.parse::<f64>().ok()?);
                         (p > 0.0).then_some(q / p)
                     });
-                let throttled =
-                    stat_field(&dir.join("cpu.stat"), "throttled_usec").map(|us| us as f64 / 1e6);
+                let text =
+                    v2_cpu_stat.or_else(|| std::fs::read_to_string(dir.join("cpu.stat")).ok());
+                let throttled = text
+                    .as_deref()
+                    .and_then(|t| stat_value(t, "throttled_usec"))
+                    .map(|us| us as f64 / 1e6);
                 (limit, throttled)
             }
         };
@@ -191,7 +199,10 @@ impl CgroupStatsPaths {
 
 /// A `name value` line of a flat-keyed file such as `cpu.stat`.
 fn stat_field(path: &Path, name: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(path).ok()?;
+    stat_value(&std::fs::read_to_string(path).ok()?, name)
+}
+
+fn stat_value(text: &str, name: &str) -> Option<u64> {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
