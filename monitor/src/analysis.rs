@@ -15,10 +15,11 @@
 //! GPU processes themselves are busy on the host (kernel launches, Python, synchronisation), the
 //! training step is the bottleneck: GPU-bound, with the host-side share named in the advice.
 use crate::snapshot::{ProcessRole, SourceState, Workload};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-/// Thresholds of the verdict. Defaults suit a 1 s window.
-#[derive(Clone, Copy, Debug)]
+/// Thresholds of the verdict (the config file's `verdict:` section). Defaults suit a 1 s window.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct VerdictConfig {
     /// GPU idle share below which the workload is GPU-bound.
     pub gpu_bound_idle_max: f64,
@@ -413,6 +414,7 @@ mod tests {
                 disk: IoSummary::default(),
             }),
             verdict: None,
+            oom_headroom: None,
             errors: BTreeMap::new(),
         }
     }

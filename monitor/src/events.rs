@@ -34,6 +34,9 @@ internal_events! {
     DockerEventStreamLost => "docker_event_stream_lost", warn;
     ProbeMapReadFailed => "probe_map_read_failed", warn;
     ProbeEntriesEvicted => "probe_entries_evicted", warn;
+    NotificationFailed => "notification_failed", warn;
+    NotificationDropped => "notification_dropped", warn;
+    NotificationRateLimited => "notification_rate_limited", warn;
 }
 
 /// Counters of [`InternalEvent`]s, shared by all sources.

@@ -3,14 +3,18 @@
 //!
 //! Data flows one way: [`sources`] (NVML, Docker, eBPF, `/proc` and cgroup files) →
 //! [`attribution`] (PID → cgroup → workload) → [`snapshot::Snapshot`] (built by
-//! [`sampler::Sampler`]) → [`output`].
+//! [`sampler::Sampler`]) → [`analysis`] and [`health`] (verdicts, alerts, checks) → [`output`]
+//! and [`notify`]. [`config`] is the YAML file that sets all of it.
 pub mod agent;
 pub mod analysis;
 pub mod attribution;
 pub mod caps;
 pub mod cgroup;
+pub mod config;
 pub mod events;
 pub mod gpu_activity;
+pub mod health;
+pub mod notify;
 pub mod output;
 pub mod sampler;
 pub mod snapshot;

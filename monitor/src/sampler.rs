@@ -8,6 +8,7 @@ use crate::attribution::{read_process, AttributionError, ProcessTable};
 use crate::cgroup::stats::CgroupStatsPaths;
 use crate::cgroup::{classify, CgroupLayout, CgroupMembership, WorkloadId, WorkloadKind};
 use crate::events::{EventCounters, InternalEvent};
+use crate::health::headroom::{self, HeadroomConfig};
 use crate::snapshot::{
     ContainerMeta, CpuUsage, Gpu, GpuProcess, HostInfo, IoSummary, MemoryUsage, ProbeHealth,
     ProcessRole, ProcessStall, Snapshot, SourceState, Sources, StallWindow, Workload, WorkloadGpu,
@@ -35,6 +36,7 @@ pub struct SamplerConfig {
     /// Re-read `/proc` for a PID that stayed on a GPU after this many rounds (cgroup moves).
     pub revalidate_rounds: u64,
     pub verdict: VerdictConfig,
+    pub headroom: HeadroomConfig,
 }
 
 impl Default for SamplerConfig {
@@ -45,6 +47,7 @@ impl Default for SamplerConfig {
             proc_root: PathBuf::from("/proc"),
             revalidate_rounds: 30,
             verdict: VerdictConfig::default(),
+            headroom: HeadroomConfig::default(),
         }
     }
 }
@@ -80,6 +83,7 @@ pub struct Sampler {
     totals: ProbeTotals,
     previous_totals: Option<ProbeTotals>,
     verdict: VerdictConfig,
+    headroom: HeadroomConfig,
     /// The kernel side's failure counters as last read.
     latest_failures: [u64; probe_stat::COUNT as usize],
     /// The previous round's workloads, to report one that stops with its partial window.
@@ -139,6 +143,7 @@ impl Sampler {
             totals: ProbeTotals::default(),
             previous_totals: None,
             verdict: config.verdict,
+            headroom: config.headroom,
             latest_failures: [0; probe_stat::COUNT as usize],
             last_workloads: BTreeMap::new(),
             last_pid_workload: HashMap::new(),
@@ -163,9 +168,10 @@ impl Sampler {
             .map(|p| started.duration_since(p).as_secs_f64());
 
         // 1. GPUs and their processes, attributed.
-        let readings = match &mut self.gpu {
-            Ok(g) => g.collect(),
-            Err(_) => Vec::new(),
+        let nvml_started = Instant::now();
+        let (readings, nvml_query_seconds) = match &mut self.gpu {
+            Ok(g) => (g.collect(), Some(nvml_started.elapsed().as_secs_f64())),
+            Err(_) => (Vec::new(), None),
         };
         self.processes.begin_round();
         let mut gpus = Vec::with_capacity(readings.len());
@@ -181,12 +187,21 @@ impl Sampler {
                                 new_memberships
                                     .push((info.workload.clone(), info.membership.clone()));
                             }
+                            let (start, command, workload) = (
+                                info.key.start_time,
+                                info.name.clone(),
+                                info.workload.clone(),
+                            );
+                            let state = (reading.samples == 0)
+                                .then(|| self.processes.state(pid))
+                                .flatten();
                             GpuProcess {
                                 reading,
-                                start_time_ticks: Some(info.key.start_time),
-                                command: Some(info.name.clone()),
-                                workload: Some(info.workload.clone()),
+                                start_time_ticks: Some(start),
+                                command: Some(command),
+                                workload: Some(workload),
                                 vanished: false,
+                                state,
                             }
                         }
                         Err(e) => {
@@ -208,6 +223,7 @@ impl Sampler {
                                     .then(|| self.last_pid_workload.get(&pid).cloned())
                                     .flatten(),
                                 vanished,
+                                state: None,
                             }
                         }
                     }
@@ -409,6 +425,7 @@ impl Sampler {
         let mut workloads: Vec<Workload> = workloads.into_values().collect();
         for w in &mut workloads {
             w.verdict = analysis::assess(w, window, &sources.ebpf, &self.verdict);
+            w.oom_headroom = headroom::oom_headroom(w, &gpus, &self.headroom);
         }
         self.last_workloads = workloads
             .iter()
@@ -424,6 +441,7 @@ impl Sampler {
             taken_at_unix_ms: (taken_at.unix_timestamp_nanos() / 1_000_000) as u64,
             window_seconds,
             collection_seconds: started.elapsed().as_secs_f64(),
+            nvml_query_seconds,
             host: self.host.clone(),
             sources,
             gpus,
@@ -667,6 +685,7 @@ fn new_workload(id: WorkloadId, container: Option<&Arc<ContainerInfo>>) -> Workl
         gpu: WorkloadGpu::default(),
         stalls: None,
         verdict: None,
+        oom_headroom: None,
         errors: BTreeMap::new(),
     }
 }

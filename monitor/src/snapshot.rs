@@ -22,6 +22,8 @@ pub struct Snapshot {
     pub window_seconds: Option<f64>,
     /// Wall time this round took to collect.
     pub collection_seconds: f64,
+    /// Wall time of this round's NVML queries (all GPUs); `None` without NVML.
+    pub nvml_query_seconds: Option<f64>,
     pub host: HostInfo,
     pub sources: Sources,
     pub gpus: Vec<Gpu>,
@@ -104,6 +106,9 @@ pub struct GpuProcess {
     /// The process was gone when the agent looked it up (it exited during the round, or NVML
     /// still reports a dead process).
     pub vanished: bool,
+    /// The scheduler state letter (`D`: uninterruptible sleep), read only for processes without
+    /// GPU samples in the window: a process stuck in D holds its GPU memory and computes nothing.
+    pub state: Option<char>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -125,6 +130,8 @@ pub struct Workload {
     pub stalls: Option<StallWindow>,
     /// Why the GPU idles, for workloads holding a GPU (see `analysis`).
     pub verdict: Option<crate::analysis::Verdict>,
+    /// How far the batch can grow before the tightest of its GPUs runs out of memory.
+    pub oom_headroom: Option<crate::health::headroom::OomHeadroom>,
     /// Why a section above is missing, by section.
     pub errors: BTreeMap<&'static str, String>,
 }
@@ -234,4 +241,105 @@ pub struct IoSummary {
     pub p99_latency_ms: Option<f64>,
     /// Operations that took 10 ms or more.
     pub slow_count: u64,
+}
+
+/// Builders for unit tests of the stages that read snapshots.
+#[cfg(test)]
+pub mod test_support {
+    use super::*;
+    use crate::sources::gpu::ProcessKind;
+
+    pub fn gpu(index: u32) -> Gpu {
+        Gpu {
+            device: DeviceReading {
+                index,
+                uuid: Some(format!("GPU-{index:08}")),
+                name: Some("Test GPU".into()),
+                utilization_gpu_percent: Some(50),
+                memory_used_bytes: Some(10 << 30),
+                memory_total_bytes: Some(80 << 30),
+                temperature_celsius: Some(50),
+                power_watts: Some(300.0),
+                power_limit_watts: Some(700.0),
+                ..Default::default()
+            },
+            processes: Vec::new(),
+        }
+    }
+
+    pub fn process(pid: u32, workload: Option<&WorkloadId>, memory: u64) -> GpuProcess {
+        GpuProcess {
+            reading: ProcessReading {
+                pid,
+                kind: ProcessKind::Compute,
+                used_memory_bytes: Some(memory),
+                sm_util_percent: None,
+                mem_util_percent: None,
+                samples: 0,
+                sm_busy_seconds: 0.0,
+                exited: false,
+            },
+            start_time_ticks: Some(1),
+            command: Some("python".into()),
+            workload: workload.cloned(),
+            vanished: false,
+            state: Some('S'),
+        }
+    }
+
+    pub fn container(name: &str) -> Workload {
+        let id = WorkloadId {
+            kind: WorkloadKind::Docker,
+            id: format!("{name:0>64}"),
+        };
+        Workload {
+            container: Some(ContainerMeta {
+                id: id.id.clone(),
+                name: name.into(),
+                image: "trainer:latest".into(),
+                compose_project: None,
+                compose_service: Some("train".into()),
+                started_at: None,
+                gpu_device_requests: Vec::new(),
+            }),
+            id,
+            kind: WorkloadKind::Docker,
+            name: name.into(),
+            exited: false,
+            cgroup_path: None,
+            cpu: None,
+            memory: None,
+            gpu: WorkloadGpu::default(),
+            stalls: None,
+            verdict: None,
+            oom_headroom: None,
+            errors: BTreeMap::new(),
+        }
+    }
+
+    pub fn snapshot(unix_ms: u64, gpus: Vec<Gpu>, workloads: Vec<Workload>) -> Snapshot {
+        Snapshot {
+            schema_version: SCHEMA_VERSION,
+            taken_at: String::new(),
+            taken_at_unix_ms: unix_ms,
+            window_seconds: Some(1.0),
+            collection_seconds: 0.001,
+            nvml_query_seconds: Some(0.001),
+            host: HostInfo {
+                hostname: "test".into(),
+                kernel: "6.18".into(),
+                cgroup_mode: CgroupMode::V2,
+                nvml_driver_version: None,
+            },
+            sources: Sources {
+                nvml: SourceState::up(),
+                docker: SourceState::up(),
+                ebpf: SourceState::up(),
+            },
+            gpus,
+            workloads,
+            internal_events: BTreeMap::new(),
+            probes: None,
+        }
+    }
 }

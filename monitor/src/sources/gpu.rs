@@ -8,7 +8,7 @@
 use crate::events::{EventCounters, InternalEvent};
 use crate::gpu_activity::SampleIntegrator;
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
-use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
+use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError, TemperatureSensor};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 use nvml_wrapper_sys::bindings::{
@@ -56,6 +56,11 @@ pub struct DeviceReading {
     pub sm_clock_mhz: Option<u32>,
     /// Active clocks-event (throttle) reasons, e.g. `sw_power_cap`, `hw_thermal_slowdown`.
     pub clocks_event_reasons: Vec<&'static str>,
+    /// Volatile uncorrected ECC errors since the driver loaded (`None`: no ECC, or not read
+    /// yet). Read every [`SLOW_FIELDS_EVERY`] rounds.
+    pub ecc_uncorrected_volatile: Option<u64>,
+    /// Persistence mode; read every [`SLOW_FIELDS_EVERY`] rounds.
+    pub persistence_mode: Option<bool>,
     /// The driver's per-process sample period as observed (milliseconds).
     pub process_sample_period_ms: f64,
     #[serde(skip)]
@@ -105,6 +110,19 @@ struct DeviceCursor {
     integrator: SampleIntegrator,
     /// Samples pulled since the last reading, per PID (see [`GpuSource::poll_samples`]).
     pending: HashMap<u32, PendingSamples>,
+    /// Fields that change rarely, and the readings left before they are read again.
+    slow: SlowFields,
+}
+
+/// Slow-changing fields (ECC counts, persistence mode) are read once every this many rounds, not
+/// every round: each call costs tens of microseconds on a real GPU.
+pub const SLOW_FIELDS_EVERY: u32 = 30;
+
+#[derive(Debug, Default)]
+struct SlowFields {
+    rounds_left: u32,
+    ecc_uncorrected_volatile: Option<u64>,
+    persistence_mode: Option<bool>,
 }
 
 /// Samples of one process accumulated between two readings.
@@ -167,6 +185,7 @@ impl GpuSource {
                 samples: Vec::new(),
                 integrator: SampleIntegrator::default(),
                 pending: HashMap::new(),
+                slow: SlowFields::default(),
             });
         }
         Ok(Self {
@@ -279,6 +298,17 @@ fn read_device(nvml: &Nvml, cursor: &mut DeviceCursor, events: &EventCounters) -
     if let Some(r) = rec.take("clocks_event_reasons", device.current_throttle_reasons()) {
         rec.reading.clocks_event_reasons = reason_names(r);
     }
+    if cursor.slow.rounds_left == 0 {
+        cursor.slow.rounds_left = SLOW_FIELDS_EVERY;
+        cursor.slow.ecc_uncorrected_volatile = rec.take(
+            "ecc_errors",
+            device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile),
+        );
+        cursor.slow.persistence_mode = rec.take("persistence_mode", device.is_in_persistent_mode());
+    }
+    cursor.slow.rounds_left -= 1;
+    rec.reading.ecc_uncorrected_volatile = cursor.slow.ecc_uncorrected_volatile;
+    rec.reading.persistence_mode = cursor.slow.persistence_mode;
 
     // SAFETY: the handle belongs to `nvml`, which outlives this call.
     let handle = unsafe { device.handle() };

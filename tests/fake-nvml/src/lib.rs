@@ -373,6 +373,34 @@ pub unsafe extern "C" fn nvmlDeviceGetPowerManagementLimit(
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
+    handle: nvmlDevice_t,
+    error_type: c_uint,
+    counter_type: c_uint,
+    count: *mut c_ulonglong,
+) -> nvmlReturn_t {
+    device("nvmlDeviceGetTotalEccErrors", handle, |d| {
+        // NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1, NVML_VOLATILE_ECC = 0
+        let n = if error_type == 1 && counter_type == 0 {
+            d.ecc_uncorrected_volatile
+        } else {
+            0
+        };
+        put(count, n)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPersistenceMode(
+    handle: nvmlDevice_t,
+    mode: *mut c_uint,
+) -> nvmlReturn_t {
+    device("nvmlDeviceGetPersistenceMode", handle, |d| {
+        put(mode, c_uint::from(d.persistence_mode))
+    })
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetClockInfo(
     handle: nvmlDevice_t,
     _clock: c_uint,

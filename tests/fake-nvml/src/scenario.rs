@@ -58,6 +58,12 @@ pub struct Device {
     /// Raw `nvmlClocksEventReasons` bits (e.g. 4 = SW power cap).
     #[serde(default)]
     pub clocks_event_reasons: u64,
+    /// Volatile uncorrected ECC errors (since the driver loaded).
+    #[serde(default)]
+    pub ecc_uncorrected_volatile: u64,
+    /// Persistence mode (`nvidia-smi -pm`); on by default, as on a well-set-up server.
+    #[serde(default = "default_true")]
+    pub persistence_mode: bool,
     /// Every call on this device returns GPU_IS_LOST.
     #[serde(default)]
     pub lost: bool,
@@ -68,6 +74,9 @@ pub struct Device {
     pub processes: Vec<Process>,
 }
 
+fn default_true() -> bool {
+    true
+}
 fn default_name() -> String {
     "Fake NVIDIA H200".to_owned()
 }

@@ -1,0 +1,434 @@
+//! The YAML configuration file: what the agent samples, how it judges, which alert rules run and
+//! where their notifications go.
+//!
+//! Every key is optional (no file at all gives the defaults); unknown keys are errors, and every
+//! error names the file, the line and the field. Each section's type lives beside the code that
+//! uses it ([`crate::analysis::VerdictConfig`], [`crate::health::rules::RulesConfig`],
+//! [`crate::notify::NotifyConfig`], ...); this module owns the file and the value formats
+//! (durations like `90s`, sizes like `2GiB`). `gpuwatch check-config FILE` validates a file;
+//! `docs/config.md` documents every key.
+use crate::analysis::VerdictConfig;
+use crate::health::doctor::DoctorConfig;
+use crate::health::rules::RulesConfig;
+use crate::notify::NotifyConfig;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Time between samples for the continuous commands (`watch`, `record`).
+    #[serde(with = "duration")]
+    pub interval: Duration,
+    pub sources: SourcesConfig,
+    pub verdict: VerdictConfig,
+    pub doctor: DoctorConfig,
+    pub alerts: AlertsConfig,
+    pub notify: NotifyConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(1),
+            sources: SourcesConfig::default(),
+            verdict: VerdictConfig::default(),
+            doctor: DoctorConfig::default(),
+            alerts: AlertsConfig::default(),
+            notify: NotifyConfig::default(),
+        }
+    }
+}
+
+/// Where the agent gets its data (the command-line flags override these).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SourcesConfig {
+    pub nvml: bool,
+    /// The NVML library to load; default: `libnvidia-ml.so.1` from the loader path.
+    pub nvml_lib: Option<PathBuf>,
+    pub docker: bool,
+    pub docker_socket: PathBuf,
+    pub ebpf: bool,
+    pub proc_root: PathBuf,
+}
+
+impl Default for SourcesConfig {
+    fn default() -> Self {
+        Self {
+            nvml: true,
+            nvml_lib: None,
+            docker: true,
+            docker_socket: PathBuf::from("/var/run/docker.sock"),
+            ebpf: true,
+            proc_root: PathBuf::from("/proc"),
+        }
+    }
+}
+
+/// The alert engine: its rules and how often it may notify.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AlertsConfig {
+    /// Notifications (firing and resolved) sent per minute at most, over all alerts; the rest
+    /// are counted (`notifications_rate_limited`) and logged, not sent.
+    pub max_notifications_per_minute: u32,
+    pub rules: RulesConfig,
+}
+
+impl Default for AlertsConfig {
+    fn default() -> Self {
+        Self {
+            max_notifications_per_minute: 30,
+            rules: RulesConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A syntax, type or validation error at a known place.
+    #[error("{path}: line {line}, column {column}, field `{field}`: {message}")]
+    Invalid {
+        path: PathBuf,
+        line: u64,
+        column: u64,
+        /// The dotted path of the key at that line, e.g. `alerts.rules.gpu_memory_high.for`.
+        field: String,
+        message: String,
+    },
+    /// A validation error on a key the file does not spell out (a default).
+    #[error("{path}: field `{field}`: {message}")]
+    InvalidDefault {
+        path: PathBuf,
+        field: String,
+        message: String,
+    },
+}
+
+impl Config {
+    /// Reads and validates `path`.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses and validates `text`; `path` only names it in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        // An empty file (or only comments) is the defaults, like no file.
+        let config = if text.lines().all(|l| {
+            let l = l.trim();
+            l.is_empty() || l.starts_with('#') || l == "---"
+        }) {
+            Config::default()
+        } else {
+            serde_saphyr::from_str::<Config>(text).map_err(|e| {
+                let (line, column) = e
+                    .location()
+                    .map(|l| (l.line(), l.column()))
+                    .unwrap_or((0, 0));
+                ConfigError::Invalid {
+                    path: path.to_owned(),
+                    line,
+                    column,
+                    field: key_path_at(text, line).unwrap_or_else(|| "(document)".to_owned()),
+                    message: plain_message(&e.without_snippet().to_string()),
+                }
+            })?
+        };
+        config
+            .validate()
+            .map_err(|(field, message)| match line_of_key(text, &field) {
+                Some(line) => ConfigError::Invalid {
+                    path: path.to_owned(),
+                    line,
+                    column: 1 + indent_of(text, line) as u64,
+                    field,
+                    message,
+                },
+                None => ConfigError::InvalidDefault {
+                    path: path.to_owned(),
+                    field,
+                    message,
+                },
+            })?;
+        Ok(config)
+    }
+
+    /// Checks that values make sense together; returns the offending field's dotted path.
+    fn validate(&self) -> Result<(), (String, String)> {
+        if self.interval.is_zero() {
+            return Err(("interval".into(), "must be more than 0".into()));
+        }
+        self.alerts
+            .rules
+            .validate()
+            .map_err(|(f, m)| (format!("alerts.rules.{f}"), m))?;
+        self.notify
+            .validate()
+            .map_err(|(f, m)| (format!("notify.{f}"), m))?;
+        self.doctor
+            .validate()
+            .map_err(|(f, m)| (format!("doctor.{f}"), m))?;
+        Ok(())
+    }
+}
+
+/// serde-saphyr's message without its `error: line L column C: ` prefix (we give those apart).
+fn plain_message(s: &str) -> String {
+    let s = s.strip_prefix("error: ").unwrap_or(s);
+    let s = match s.strip_prefix("line ") {
+        Some(rest) => rest.split_once(": ").map_or(rest, |(_, m)| m),
+        None => s,
+    };
+    s.lines().next().unwrap_or(s).trim().to_owned()
+}
+
+/// One `key:` line of a block-style YAML document.
+struct KeyLine<'a> {
+    line: u64,
+    indent: usize,
+    key: &'a str,
+}
+
+fn key_lines(text: &str) -> impl Iterator<Item = KeyLine<'_>> {
+    text.lines().enumerate().filter_map(|(i, raw)| {
+        let trimmed = raw.trim_start();
+        if trimmed.starts_with('#') {
+            return None;
+        }
+        // A list item's key sits after the dash.
+        let (indent, rest) = match trimmed.strip_prefix("- ") {
+            Some(r) => (raw.len() - trimmed.len() + 2, r),
+            None => (raw.len() - trimmed.len(), trimmed),
+        };
+        let (key, _) = rest.split_once(':')?;
+        let key = key.trim().trim_matches(|c| c == '"' || c == '\'');
+        (!key.is_empty()
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
+        .then_some(KeyLine {
+            line: i as u64 + 1,
+            indent,
+            key,
+        })
+    })
+}
+
+/// The dotted path of the last key at or before `line` (1-based), from indentation.
+fn key_path_at(text: &str, line: u64) -> Option<String> {
+    let mut stack: Vec<(usize, &str)> = Vec::new();
+    for k in key_lines(text).take_while(|k| k.line <= line) {
+        while stack.last().is_some_and(|(i, _)| *i >= k.indent) {
+            stack.pop();
+        }
+        stack.push((k.indent, k.key));
+    }
+    (!stack.is_empty()).then(|| stack.iter().map(|(_, k)| *k).collect::<Vec<_>>().join("."))
+}
+
+/// The line spelling out the dotted `field`, or its nearest written ancestor.
+fn line_of_key(text: &str, field: &str) -> Option<u64> {
+    let mut best: Option<(usize, u64)> = None;
+    let mut stack: Vec<(usize, &str)> = Vec::new();
+    for k in key_lines(text) {
+        while stack.last().is_some_and(|(i, _)| *i >= k.indent) {
+            stack.pop();
+        }
+        stack.push((k.indent, k.key));
+        let path = stack.iter().map(|(_, k)| *k).collect::<Vec<_>>().join(".");
+        if field == path || field.starts_with(&format!("{path}.")) {
+            let depth = stack.len();
+            if best.is_none_or(|(d, _)| depth > d) {
+                best = Some((depth, k.line));
+            }
+        }
+    }
+    best.map(|(_, line)| line)
+}
+
+fn indent_of(text: &str, line: u64) -> usize {
+    text.lines()
+        .nth(line.saturating_sub(1) as usize)
+        .map_or(0, |l| l.len() - l.trim_start().len())
+}
+
+/// `90s`, `5m`, `1h 30m`, `500ms` (humantime).
+pub mod duration {
+    use serde::{Deserialize, Deserializer};
+    use std::time::Duration;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s)
+            .map_err(|e| serde::de::Error::custom(format!("{s:?} is not a duration ({e})")))
+    }
+}
+
+/// A size in bytes: a plain integer, or a number with a unit (`512MiB`, `2GiB`, `1.5GB`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ByteSize(pub u64);
+
+impl ByteSize {
+    pub const MIB: u64 = 1 << 20;
+    pub const GIB: u64 = 1 << 30;
+
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let split = s
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(s.len());
+        let (number, unit) = s.split_at(split);
+        let number: f64 = number
+            .parse()
+            .map_err(|_| format!("{s:?} is not a size (like 512MiB or 2GiB)"))?;
+        let scale = match unit.trim() {
+            "" | "B" => 1.0,
+            "KiB" => 1024.0,
+            "MiB" => Self::MIB as f64,
+            "GiB" => Self::GIB as f64,
+            "TiB" => (1u64 << 40) as f64,
+            "KB" | "kB" => 1e3,
+            "MB" => 1e6,
+            "GB" => 1e9,
+            "TB" => 1e12,
+            other => return Err(format!("unknown size unit {other:?} in {s:?}")),
+        };
+        Ok(Self((number * scale).round() as u64))
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(n) => Ok(Self(n)),
+            Raw::Text(s) => Self::parse(&s).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+impl std::fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let b = self.0 as f64;
+        if self.0 >= Self::GIB {
+            write!(f, "{:.1} GiB", b / Self::GIB as f64)
+        } else {
+            write!(f, "{:.0} MiB", b / Self::MIB as f64)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("/etc/gpuwatch.yaml"))
+    }
+
+    #[test]
+    fn no_file_content_is_the_defaults() {
+        let c = parse("# nothing here\n").expect("empty config");
+        assert_eq!(c.interval, Duration::from_secs(1));
+        assert!(c.sources.docker);
+        assert!(c.alerts.rules.gpu_underutilized.enabled);
+    }
+
+    #[test]
+    fn values_override_defaults() {
+        let c = parse(
+            "interval: 5s\nalerts:\n  rules:\n    gpu_underutilized:\n      below_percent: 20\n      for: 2m\n",
+        )
+        .expect("valid config");
+        assert_eq!(c.interval, Duration::from_secs(5));
+        let r = &c.alerts.rules.gpu_underutilized;
+        assert_eq!(r.below_percent, 20.0);
+        assert_eq!(r.for_, Duration::from_secs(120));
+    }
+
+    #[test]
+    fn unknown_key_names_file_line_and_field() {
+        let e = parse(
+            "interval: 1s\nalerts:\n  rules:\n    gpu_memory_high:\n      abve_percent: 90\n",
+        )
+        .expect_err("unknown key");
+        let s = e.to_string();
+        assert!(
+            s.starts_with("/etc/gpuwatch.yaml: line 5, column 7, field `alerts.rules.gpu_memory_high.abve_percent`: unknown field `abve_percent`"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn bad_value_names_its_field() {
+        let e = parse("alerts:\n  rules:\n    gpu_temperature_high:\n      for: soon\n")
+            .expect_err("bad duration");
+        let ConfigError::Invalid {
+            line,
+            field,
+            message,
+            ..
+        } = e
+        else {
+            panic!("expected a located error, got {e}");
+        };
+        assert_eq!(line, 4);
+        assert_eq!(field, "alerts.rules.gpu_temperature_high.for");
+        assert!(message.contains("\"soon\" is not a duration"), "{message}");
+    }
+
+    #[test]
+    fn syntax_error_has_a_line() {
+        let e = parse("notify:\n  webhook: [\n").expect_err("broken YAML");
+        let ConfigError::Invalid { line, .. } = e else {
+            panic!("expected a located error, got {e}");
+        };
+        assert!(line >= 2, "{line}");
+    }
+
+    #[test]
+    fn validation_errors_point_at_the_key() {
+        let e = parse("notify:\n  webhook:\n    url: ftp://example.org/hook\n")
+            .expect_err("bad scheme");
+        let s = e.to_string();
+        assert!(
+            s.contains("line 3") && s.contains("field `notify.webhook.url`"),
+            "{s}"
+        );
+        let e = parse("interval: 0s\n").expect_err("zero interval");
+        assert!(e.to_string().contains("line 1"), "{e}");
+    }
+
+    #[test]
+    fn sizes_and_paths() {
+        assert_eq!(ByteSize::parse("2GiB"), Ok(ByteSize(2 << 30)));
+        assert_eq!(ByteSize::parse("1.5 GB"), Ok(ByteSize(1_500_000_000)));
+        assert_eq!(ByteSize::parse("4096"), Ok(ByteSize(4096)));
+        assert!(ByteSize::parse("2 parsecs").is_err());
+        let text = "a:\n  b:\n    - c: 1\n  d: 2\n";
+        assert_eq!(key_path_at(text, 3).as_deref(), Some("a.b.c"));
+        assert_eq!(key_path_at(text, 4).as_deref(), Some("a.d"));
+        assert_eq!(line_of_key(text, "a.d"), Some(4));
+        assert_eq!(line_of_key(text, "a.b.zz"), Some(2));
+        assert_eq!(
+            plain_message("error: line 4 column 5: unknown field `fr`"),
+            "unknown field `fr`"
+        );
+    }
+}

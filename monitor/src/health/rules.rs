@@ -1,0 +1,762 @@
+//! The alert rules (the config file's `alerts.rules:` section). Each rule looks at one snapshot
+//! (and, for leaks, the series it keeps) and says for each subject — a GPU, a container, a GPU
+//! process — whether its condition holds ([`Outcome::Breached`]), does not ([`Outcome::Clear`]),
+//! or cannot be told this round ([`Outcome::Unknown`]: the data is missing, and a missing reading
+//! must neither fire nor resolve an alert). How long a condition must hold is the lifecycle's job
+//! ([`super::alerts`]).
+use super::trend::Series;
+use crate::cgroup::{WorkloadId, WorkloadKind};
+use crate::config::{duration, ByteSize};
+use crate::snapshot::{Gpu, GpuProcess, Snapshot, Workload};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::time::Duration;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Warning,
+    Critical,
+}
+
+macro_rules! rule_config {
+    ($(#[$meta:meta])* $name:ident { $($(#[$fmeta:meta])* $field:ident : $ty:ty = $default:expr,)* }
+     for = $for:expr, severity = $sev:expr) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, Deserialize)]
+        #[serde(deny_unknown_fields, default)]
+        pub struct $name {
+            pub enabled: bool,
+            /// How long the condition must hold before the alert fires.
+            #[serde(rename = "for", with = "duration")]
+            pub for_: Duration,
+            pub severity: Severity,
+            $($(#[$fmeta])* pub $field: $ty,)*
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                Self {
+                    enabled: true,
+                    for_: $for,
+                    severity: $sev,
+                    $($field: $default,)*
+                }
+            }
+        }
+    };
+}
+
+rule_config! {
+    /// A container's GPU busy share below a threshold (the seed's "utilisation < 30 % for 60 s").
+    UnderutilizedRule { below_percent: f64 = 30.0, }
+    for = Duration::from_secs(60), severity = Severity::Warning
+}
+rule_config! {
+    /// A GPU's memory use above a share of its total (the seed's "memory > 95 %").
+    GpuMemoryRule { above_percent: f64 = 95.0, }
+    for = Duration::from_secs(10), severity = Severity::Critical
+}
+rule_config! {
+    /// A GPU hotter than a threshold (the seed's "> 83 °C for more than 3 minutes").
+    TemperatureRule { above_celsius: u32 = 83, }
+    for = Duration::from_secs(180), severity = Severity::Critical
+}
+rule_config! {
+    /// Sustained, near-linear memory growth: a least-squares slope over `window`, with at least
+    /// `min_duration` of data, a slope of at least `min_growth_per_minute` and a fit of at least
+    /// `min_r_squared`.
+    LeakRule {
+        #[serde(with = "duration")]
+        window: Duration = Duration::from_secs(600),
+        #[serde(with = "duration")]
+        min_duration: Duration = Duration::from_secs(300),
+        min_growth_per_minute: ByteSize = ByteSize(64 * ByteSize::MIB),
+        min_r_squared: f64 = 0.9,
+    }
+    for = Duration::ZERO, severity = Severity::Warning
+}
+rule_config! {
+    /// The SM utilisation of one container's GPUs spread apart (the seed's DDP check).
+    ImbalanceRule { spread_percent: f64 = 5.0, }
+    for = Duration::from_secs(60), severity = Severity::Warning
+}
+rule_config! {
+    /// Power near the cap while utilisation is low: memory bandwidth, not compute, is the limit.
+    PowerRule { power_ratio: f64 = 0.95, below_utilization_percent: f64 = 80.0, }
+    for = Duration::from_secs(120), severity = Severity::Warning
+}
+rule_config! {
+    /// A GPU that fell off the bus (NVML: GPU is lost).
+    GpuLostRule {}
+    for = Duration::ZERO, severity = Severity::Critical
+}
+rule_config! {
+    /// Volatile uncorrected ECC errors on a GPU.
+    EccRule {}
+    for = Duration::ZERO, severity = Severity::Critical
+}
+rule_config! {
+    /// GPU memory held by a process that no longer exists, that sits in no live container, or
+    /// that is stuck in uninterruptible sleep.
+    GhostRule {}
+    for = Duration::from_secs(30), severity = Severity::Critical
+}
+
+macro_rules! rules_config {
+    ($($field:ident : $ty:ty,)*) => {
+        /// Every rule, each with `enabled`, `for` and `severity` besides its own thresholds.
+        #[derive(Clone, Debug, Default, Deserialize)]
+        #[serde(deny_unknown_fields, default)]
+        pub struct RulesConfig {
+            $(pub $field: $ty,)*
+        }
+
+        /// The rule names, as in the config file and in alerts.
+        pub const RULE_NAMES: &[&str] = &[$(stringify!($field),)*];
+    };
+}
+
+rules_config! {
+    gpu_underutilized: UnderutilizedRule,
+    gpu_memory_high: GpuMemoryRule,
+    gpu_temperature_high: TemperatureRule,
+    gpu_memory_leak: LeakRule,
+    cpu_memory_leak: LeakRule,
+    gpu_imbalance: ImbalanceRule,
+    power_cap_low_util: PowerRule,
+    gpu_lost: GpuLostRule,
+    gpu_ecc_errors: EccRule,
+    ghost_process: GhostRule,
+}
+
+impl RulesConfig {
+    /// Returns the offending `rule.field` and why.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        let percent = |rule: &str, field: &str, v: f64| {
+            if (0.0..=100.0).contains(&v) {
+                Ok(())
+            } else {
+                Err((
+                    format!("{rule}.{field}"),
+                    format!("{v} is not a percentage (0–100)"),
+                ))
+            }
+        };
+        percent(
+            "gpu_underutilized",
+            "below_percent",
+            self.gpu_underutilized.below_percent,
+        )?;
+        percent(
+            "gpu_memory_high",
+            "above_percent",
+            self.gpu_memory_high.above_percent,
+        )?;
+        percent(
+            "gpu_imbalance",
+            "spread_percent",
+            self.gpu_imbalance.spread_percent,
+        )?;
+        percent(
+            "power_cap_low_util",
+            "below_utilization_percent",
+            self.power_cap_low_util.below_utilization_percent,
+        )?;
+        if !(0.0..=1.5).contains(&self.power_cap_low_util.power_ratio) {
+            return Err((
+                "power_cap_low_util.power_ratio".into(),
+                "must be a ratio of the power cap, 0–1.5".into(),
+            ));
+        }
+        for (name, r) in [
+            ("gpu_memory_leak", &self.gpu_memory_leak),
+            ("cpu_memory_leak", &self.cpu_memory_leak),
+        ] {
+            if !(0.0..=1.0).contains(&r.min_r_squared) {
+                return Err((
+                    format!("{name}.min_r_squared"),
+                    "must be between 0 and 1".into(),
+                ));
+            }
+            if r.min_duration > r.window || r.min_duration.is_zero() {
+                return Err((
+                    format!("{name}.min_duration"),
+                    format!(
+                        "must be more than 0 and at most the window ({})",
+                        humantime::format_duration(r.window)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What an alert is about.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Subject {
+    pub gpu: Option<GpuRef>,
+    pub container: Option<ContainerRef>,
+    pub pid: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GpuRef {
+    pub index: u32,
+    pub uuid: Option<String>,
+}
+
+/// A workload as alerts name it: the container's name, image and compose service when it is
+/// one.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ContainerRef {
+    pub workload: WorkloadId,
+    pub name: String,
+    pub id: Option<String>,
+    pub image: Option<String>,
+    pub compose_service: Option<String>,
+}
+
+impl ContainerRef {
+    pub fn of(w: &Workload) -> Self {
+        Self {
+            workload: w.id.clone(),
+            name: w.name.clone(),
+            id: w.container.as_ref().map(|c| c.id.clone()),
+            image: w.container.as_ref().map(|c| c.image.clone()),
+            compose_service: w.container.as_ref().and_then(|c| c.compose_service.clone()),
+        }
+    }
+}
+
+/// A breached condition, with the words an alert carries.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Finding {
+    pub value: f64,
+    pub threshold: f64,
+    pub unit: &'static str,
+    pub summary: String,
+    pub action: String,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    Breached(Finding),
+    Clear,
+    /// The data is missing this round: keep the alert as it is.
+    Unknown,
+}
+
+/// One rule's outcome for one subject.
+#[derive(Clone, Debug)]
+pub struct Evaluation {
+    pub rule: &'static str,
+    pub severity: Severity,
+    pub for_: Duration,
+    /// Identifies the alert across rounds: rule and subject.
+    pub key: String,
+    pub subject: Subject,
+    pub outcome: Outcome,
+}
+
+/// What the rules remember between snapshots.
+#[derive(Debug, Default)]
+pub struct RuleState {
+    gpu_memory: HashMap<WorkloadId, Series>,
+    cpu_memory: HashMap<WorkloadId, Series>,
+    /// The last container each GPU PID belonged to, to name a ghost after its process is gone.
+    owners: HashMap<u32, ContainerRef>,
+}
+
+const MIB: f64 = 1_048_576.0;
+
+/// Evaluates every enabled rule on `snap`.
+pub fn evaluate(config: &RulesConfig, state: &mut RuleState, snap: &Snapshot) -> Vec<Evaluation> {
+    let mut out = Vec::new();
+    let t = snap.taken_at_unix_ms as f64 / 1000.0;
+    let gpu_ref = |g: &Gpu| GpuRef {
+        index: g.device.index,
+        uuid: g.device.uuid.clone(),
+    };
+    let gpu_key = |g: &Gpu| {
+        g.device
+            .uuid
+            .clone()
+            .unwrap_or_else(|| format!("index-{}", g.device.index))
+    };
+    // The container using the most memory on a GPU, to name in GPU-level alerts.
+    let top_user = |g: &Gpu| -> Option<ContainerRef> {
+        let mut by: HashMap<&WorkloadId, u64> = HashMap::new();
+        for p in &g.processes {
+            if let Some(w) = &p.workload {
+                *by.entry(w).or_default() += p.reading.used_memory_bytes.unwrap_or(0);
+            }
+        }
+        let (id, _) = by.into_iter().max_by_key(|(_, m)| *m)?;
+        snap.workloads
+            .iter()
+            .find(|w| &w.id == id)
+            .map(ContainerRef::of)
+    };
+    let mut push = |rule: &'static str,
+                    severity: Severity,
+                    for_: Duration,
+                    key: String,
+                    subject: Subject,
+                    outcome: Outcome| {
+        out.push(Evaluation {
+            rule,
+            severity,
+            for_,
+            key: format!("{rule}/{key}"),
+            subject,
+            outcome,
+        })
+    };
+
+    // Per GPU.
+    for g in &snap.gpus {
+        let d = &g.device;
+        let subject = || Subject {
+            gpu: Some(gpu_ref(g)),
+            container: top_user(g),
+            pid: None,
+        };
+        let r = &config.gpu_lost;
+        if r.enabled {
+            let outcome = if d.lost {
+                Outcome::Breached(Finding {
+                    value: 1.0,
+                    threshold: 1.0,
+                    unit: "",
+                    summary: format!("GPU {} is lost: NVML reports it fell off the bus", d.index),
+                    action: "Check `dmesg` for Xid 79 and the GPU's power and PCIe seating; the \
+                             GPU needs a reset or a reboot, and its jobs a restart."
+                        .into(),
+                })
+            } else {
+                Outcome::Clear
+            };
+            push(
+                "gpu_lost",
+                r.severity,
+                r.for_,
+                gpu_key(g),
+                subject(),
+                outcome,
+            );
+        }
+        if d.lost {
+            continue; // nothing else on a lost GPU can be read
+        }
+        let r = &config.gpu_memory_high;
+        if r.enabled {
+            let outcome = match (d.memory_used_bytes, d.memory_total_bytes) {
+                (Some(u), Some(t)) if t > 0 => {
+                    let v = u as f64 * 100.0 / t as f64;
+                    if v > r.above_percent {
+                        Outcome::Breached(Finding {
+                            value: v,
+                            threshold: r.above_percent,
+                            unit: "%",
+                            summary: format!(
+                                "GPU {} memory {v:.1}% used ({:.0} of {:.0} MiB), above {}%",
+                                d.index,
+                                u as f64 / MIB,
+                                t as f64 / MIB,
+                                r.above_percent
+                            ),
+                            action: "An out-of-memory error is close: lower the batch size or \
+                                     imgsz, enable AMP, or stop what else holds memory on this \
+                                     GPU."
+                                .into(),
+                        })
+                    } else {
+                        Outcome::Clear
+                    }
+                }
+                _ => Outcome::Unknown,
+            };
+            push(
+                "gpu_memory_high",
+                r.severity,
+                r.for_,
+                gpu_key(g),
+                subject(),
+                outcome,
+            );
+        }
+        let r = &config.gpu_temperature_high;
+        if r.enabled {
+            let outcome = match d.temperature_celsius {
+                Some(c) if c > r.above_celsius => Outcome::Breached(Finding {
+                    value: f64::from(c),
+                    threshold: f64::from(r.above_celsius),
+                    unit: "°C",
+                    summary: format!("GPU {} at {c} °C, above {} °C", d.index, r.above_celsius),
+                    action: "Check the fans and the rack's airflow; meanwhile lower the batch \
+                             size, enable AMP, or use gradient accumulation to cut the heat."
+                        .into(),
+                }),
+                Some(_) => Outcome::Clear,
+                None => Outcome::Unknown,
+            };
+            push(
+                "gpu_temperature_high",
+                r.severity,
+                r.for_,
+                gpu_key(g),
+                subject(),
+                outcome,
+            );
+        }
+        let r = &config.power_cap_low_util;
+        if r.enabled {
+            let outcome = match (
+                d.power_watts,
+                d.power_limit_watts,
+                d.utilization_gpu_percent,
+            ) {
+                (Some(p), Some(cap), Some(u)) if cap > 0.0 => {
+                    let ratio = p / cap;
+                    if ratio >= r.power_ratio && f64::from(u) < r.below_utilization_percent {
+                        Outcome::Breached(Finding {
+                            value: ratio,
+                            threshold: r.power_ratio,
+                            unit: "of cap",
+                            summary: format!(
+                                "GPU {} draws {p:.0} W of its {cap:.0} W cap at only {u}% \
+                                 utilisation",
+                                d.index
+                            ),
+                            action: "Memory bandwidth, not compute, limits this GPU: a smaller \
+                                     imgsz or batch helps more than more GPUs."
+                                .into(),
+                        })
+                    } else {
+                        Outcome::Clear
+                    }
+                }
+                _ => Outcome::Unknown,
+            };
+            push(
+                "power_cap_low_util",
+                r.severity,
+                r.for_,
+                gpu_key(g),
+                subject(),
+                outcome,
+            );
+        }
+        let r = &config.gpu_ecc_errors;
+        if r.enabled {
+            let outcome = match d.ecc_uncorrected_volatile {
+                Some(n) if n > 0 => Outcome::Breached(Finding {
+                    value: n as f64,
+                    threshold: 0.0,
+                    unit: "errors",
+                    summary: format!(
+                        "GPU {} has {n} uncorrected ECC errors since the driver loaded",
+                        d.index
+                    ),
+                    action: "Results computed on this GPU may be corrupt: drain it, check \
+                             `nvidia-smi -q -d ECC` and retired pages, and reset the GPU."
+                        .into(),
+                }),
+                Some(_) => Outcome::Clear,
+                None => Outcome::Unknown,
+            };
+            push(
+                "gpu_ecc_errors",
+                r.severity,
+                r.for_,
+                gpu_key(g),
+                subject(),
+                outcome,
+            );
+        }
+    }
+
+    // Per workload holding a GPU (and, for CPU memory, any container).
+    let mut seen: Vec<&WorkloadId> = Vec::new();
+    for w in &snap.workloads {
+        seen.push(&w.id);
+        let subject = || Subject {
+            gpu: None,
+            container: Some(ContainerRef::of(w)),
+            pid: None,
+        };
+        let key = w.id.to_string();
+        let on_gpu = w.gpu.processes > 0 && !w.exited;
+        let r = &config.gpu_underutilized;
+        if r.enabled && on_gpu {
+            let outcome = match w.gpu.busy_fraction {
+                Some(b) if b * 100.0 < r.below_percent => Outcome::Breached(Finding {
+                    value: b * 100.0,
+                    threshold: r.below_percent,
+                    unit: "%",
+                    summary: format!(
+                        "{}: GPU busy {:.0}%, below {}%{}",
+                        w.name,
+                        b * 100.0,
+                        r.below_percent,
+                        w.verdict
+                            .as_ref()
+                            .map(|v| format!(" (verdict: {})", verdict_name(v.kind)))
+                            .unwrap_or_default()
+                    ),
+                    action: w.verdict.as_ref().map_or_else(
+                        || {
+                            "The GPU waits: check the data loader (more workers, cached \
+                             dataset, faster storage)."
+                                .to_owned()
+                        },
+                        |v| v.advice.clone(),
+                    ),
+                }),
+                Some(_) => Outcome::Clear,
+                None => Outcome::Unknown,
+            };
+            push(
+                "gpu_underutilized",
+                r.severity,
+                r.for_,
+                key.clone(),
+                subject(),
+                outcome,
+            );
+        }
+        let r = &config.gpu_imbalance;
+        if r.enabled && on_gpu && w.gpu.per_gpu.len() >= 2 {
+            let outcome = if w.gpu.busy_fraction.is_none() {
+                Outcome::Unknown
+            } else {
+                let utils: Vec<(u32, f64)> = w
+                    .gpu
+                    .per_gpu
+                    .iter()
+                    .map(|g| (g.index, g.sm_util_percent.unwrap_or(0.0)))
+                    .collect();
+                let hi = utils
+                    .iter()
+                    .copied()
+                    .fold((0, f64::MIN), |a, b| if b.1 > a.1 { b } else { a });
+                let lo = utils
+                    .iter()
+                    .copied()
+                    .fold((0, f64::MAX), |a, b| if b.1 < a.1 { b } else { a });
+                let spread = hi.1 - lo.1;
+                if spread > r.spread_percent {
+                    Outcome::Breached(Finding {
+                        value: spread,
+                        threshold: r.spread_percent,
+                        unit: "points",
+                        summary: format!(
+                            "{}: SM utilisation spread {spread:.0} points across its GPUs \
+                             (GPU {} at {:.0}%, GPU {} at {:.0}%)",
+                            w.name, hi.0, hi.1, lo.0, lo.1
+                        ),
+                        action: "The ranks of a distributed job wait on each other: check the \
+                                 data sharding, NCCL settings (NCCL_IB_DISABLE, \
+                                 NCCL_SOCKET_TIMEOUT) and whether another job shares the slow \
+                                 GPU."
+                            .into(),
+                    })
+                } else {
+                    Outcome::Clear
+                }
+            };
+            push(
+                "gpu_imbalance",
+                r.severity,
+                r.for_,
+                key.clone(),
+                subject(),
+                outcome,
+            );
+        }
+        let r = &config.gpu_memory_leak;
+        if r.enabled && on_gpu {
+            let series = state.gpu_memory.entry(w.id.clone()).or_default();
+            series.push(t, w.gpu.memory_bytes as f64, r.window.as_secs_f64());
+            let outcome = leak_outcome(r, series, &w.name, "GPU memory", true);
+            push(
+                "gpu_memory_leak",
+                r.severity,
+                r.for_,
+                key.clone(),
+                subject(),
+                outcome,
+            );
+        }
+        let r = &config.cpu_memory_leak;
+        if r.enabled && w.kind != WorkloadKind::Host && !w.exited {
+            if let Some(m) = w.memory {
+                let series = state.cpu_memory.entry(w.id.clone()).or_default();
+                series.push(t, m.usage_bytes as f64, r.window.as_secs_f64());
+                let outcome = leak_outcome(r, series, &w.name, "CPU memory", false);
+                push(
+                    "cpu_memory_leak",
+                    r.severity,
+                    r.for_,
+                    key,
+                    subject(),
+                    outcome,
+                );
+            }
+        }
+    }
+    state.gpu_memory.retain(|id, _| seen.contains(&id));
+    state.cpu_memory.retain(|id, _| seen.contains(&id));
+
+    // Per GPU process: ghosts.
+    let r = &config.ghost_process;
+    let mut live_pids = Vec::new();
+    for g in &snap.gpus {
+        for p in &g.processes {
+            live_pids.push(p.reading.pid);
+            let owner = p
+                .workload
+                .as_ref()
+                .and_then(|id| snap.workloads.iter().find(|w| &w.id == id))
+                .map(ContainerRef::of);
+            if let Some(o) = &owner {
+                state.owners.insert(p.reading.pid, o.clone());
+            }
+            if !r.enabled {
+                continue;
+            }
+            let owner = owner.or_else(|| state.owners.get(&p.reading.pid).cloned());
+            let outcome = ghost_outcome(snap, g, p, owner.as_ref());
+            push(
+                "ghost_process",
+                r.severity,
+                r.for_,
+                format!("{}/{}", gpu_key(g), p.reading.pid),
+                Subject {
+                    gpu: Some(gpu_ref(g)),
+                    container: owner,
+                    pid: Some(p.reading.pid),
+                },
+                outcome,
+            );
+        }
+    }
+    state.owners.retain(|pid, _| live_pids.contains(pid));
+    out
+}
+
+fn verdict_name(kind: crate::analysis::VerdictKind) -> String {
+    serde_json::to_value(kind)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+fn leak_outcome(r: &LeakRule, series: &Series, name: &str, what: &str, gpu: bool) -> Outcome {
+    let Some(fit) = series.fit() else {
+        return Outcome::Unknown;
+    };
+    if fit.span < r.min_duration.as_secs_f64() {
+        return Outcome::Unknown; // not enough history to tell a leak from a warm-up
+    }
+    let per_minute = fit.slope * 60.0;
+    if per_minute >= r.min_growth_per_minute.0 as f64 && fit.r_squared >= r.min_r_squared {
+        Outcome::Breached(Finding {
+            value: per_minute / MIB,
+            threshold: r.min_growth_per_minute.0 as f64 / MIB,
+            unit: "MiB/min",
+            summary: format!(
+                "{name}: {what} grows {:.0} MiB/min steadily over {:.0} s (R² {:.2}), now {:.0} MiB",
+                per_minute / MIB,
+                fit.span,
+                fit.r_squared,
+                series.last().unwrap_or(0.0) / MIB
+            ),
+            action: if gpu {
+                "Something keeps tensors alive across steps: look for losses or outputs kept \
+                 without .item()/.detach(), growing caches, or callbacks holding graphs."
+                    .into()
+            } else {
+                "The process keeps growing on the host: check Dataset.__getitem__ for objects \
+                 kept per sample, caches without bounds, and DataLoader workers copying the \
+                 dataset."
+                    .into()
+            },
+        })
+    } else {
+        Outcome::Clear
+    }
+}
+
+pub(crate) fn ghost_outcome(
+    snap: &Snapshot,
+    g: &Gpu,
+    p: &GpuProcess,
+    owner: Option<&ContainerRef>,
+) -> Outcome {
+    let mib = p.reading.used_memory_bytes.unwrap_or(0) as f64 / MIB;
+    let pid = p.reading.pid;
+    let whose = owner.map_or_else(String::new, |o| format!(" (last in {})", o.name));
+    let breached = |value: f64, summary: String, action: &str| {
+        Outcome::Breached(Finding {
+            value,
+            threshold: 0.0,
+            unit: "MiB",
+            summary,
+            action: action.to_owned(),
+        })
+    };
+    if p.vanished {
+        if p.reading.used_memory_bytes == Some(0) {
+            return Outcome::Clear;
+        }
+        return breached(
+            mib,
+            format!(
+                "GPU {}: PID {pid}{whose} no longer exists, but NVML still reports it holding \
+                 {mib:.0} MiB",
+                g.device.index
+            ),
+            "The driver has not released a dead process's memory: look for a zombie or its \
+             parent (`ps -o ppid= -p` on its children), stop the container that owned it, and \
+             reset the GPU (`nvidia-smi -r`) once it is idle.",
+        );
+    }
+    if p.state == Some('D') {
+        return breached(
+            mib,
+            format!(
+                "GPU {}: PID {pid}{whose} is stuck in uninterruptible sleep (D) while holding \
+                 {mib:.0} MiB and computing nothing",
+                g.device.index
+            ),
+            "Its kernel call does not return (storage, NFS or driver): check `cat \
+             /proc/<pid>/stack` and `dmesg`; the memory is freed only when it exits.",
+        );
+    }
+    // A Docker cgroup that Docker does not know: the container is gone but its process is not.
+    let in_dead_container = snap.sources.docker.up
+        && p.workload.as_ref().is_some_and(|id| {
+            id.kind == WorkloadKind::Docker
+                && snap
+                    .workloads
+                    .iter()
+                    .find(|w| &w.id == id)
+                    .is_none_or(|w| w.container.is_none())
+        });
+    if in_dead_container {
+        return breached(
+            mib,
+            format!(
+                "GPU {}: PID {pid} holds {mib:.0} MiB in the cgroup of a container Docker no \
+                 longer runs",
+                g.device.index
+            ),
+            "The container exited but this process survived it: kill it (`kill -9`), or \
+             restart the Docker daemon if the cgroup lingers.",
+        );
+    }
+    Outcome::Clear
+}

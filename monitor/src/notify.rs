@@ -1,0 +1,341 @@
+//! Where alert notifications go: the log, an HTTP webhook, a command. Sending never blocks
+//! sampling: the webhook and the command each have a worker thread behind a bounded queue; a
+//! full queue drops the notification and counts it (`notification_dropped`), a receiver that
+//! stays down costs retries with back-off on the worker, then `notification_failed`.
+use crate::config::duration;
+use crate::events::{EventCounters, InternalEvent};
+use crate::health::alerts::{Alert, AlertState};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The config file's `notify:` section.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NotifyConfig {
+    /// Log every firing and resolved alert (at warning and info level).
+    pub log: bool,
+    pub webhook: Option<WebhookConfig>,
+    pub command: Option<CommandConfig>,
+}
+
+impl Default for NotifyConfig {
+    fn default() -> Self {
+        Self {
+            log: true,
+            webhook: None,
+            command: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// `http://` or `https://` URL that receives a JSON POST per notification.
+    pub url: String,
+    /// Extra request headers (e.g. `Authorization`).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Timeout of one attempt.
+    #[serde(default = "default_timeout", with = "duration")]
+    pub timeout: Duration,
+    /// Attempts after the first one fails.
+    #[serde(default = "default_retries")]
+    pub retries: u32,
+    /// Wait before the first retry; doubles after each, up to a minute.
+    #[serde(default = "default_backoff", with = "duration")]
+    pub backoff: Duration,
+    /// Notifications waiting to be sent at most; more are dropped and counted.
+    #[serde(default = "default_queue")]
+    pub queue: usize,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandConfig {
+    /// The program and its arguments (no shell). It gets the notification as JSON on stdin and
+    /// `GPUWATCH_ALERT_RULE`, `_STATE`, `_SEVERITY`, `_SUMMARY` in its environment.
+    pub argv: Vec<String>,
+    /// Killed when it runs longer.
+    #[serde(default = "default_command_timeout", with = "duration")]
+    pub timeout: Duration,
+    #[serde(default = "default_queue")]
+    pub queue: usize,
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_retries() -> u32 {
+    5
+}
+fn default_backoff() -> Duration {
+    Duration::from_secs(1)
+}
+fn default_queue() -> usize {
+    256
+}
+fn default_command_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+impl NotifyConfig {
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        if let Some(w) = &self.webhook {
+            if !(w.url.starts_with("http://") || w.url.starts_with("https://")) {
+                return Err((
+                    "webhook.url".into(),
+                    format!("{:?} is not an http:// or https:// URL", w.url),
+                ));
+            }
+            if w.queue == 0 {
+                return Err(("webhook.queue".into(), "must be at least 1".into()));
+            }
+        }
+        if let Some(c) = &self.command {
+            if c.argv.is_empty() || c.argv[0].is_empty() {
+                return Err(("command.argv".into(), "names no program".into()));
+            }
+            if c.queue == 0 {
+                return Err(("command.queue".into(), "must be at least 1".into()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The JSON body a webhook receives and a command reads on stdin.
+#[derive(Serialize)]
+pub struct Notification<'a> {
+    /// Bumped on an incompatible change.
+    pub version: u32,
+    /// `firing` or `resolved`.
+    pub status: AlertState,
+    pub host: &'a str,
+    pub alert: &'a Alert,
+}
+
+/// The configured sinks, with their workers.
+pub struct Notifier {
+    log: bool,
+    host: String,
+    webhook: Option<Worker>,
+    command: Option<Worker>,
+    events: Arc<EventCounters>,
+}
+
+struct Worker {
+    name: &'static str,
+    queue: SyncSender<Vec<u8>>,
+    handle: JoinHandle<()>,
+}
+
+impl Notifier {
+    pub fn start(config: &NotifyConfig, host: &str, events: Arc<EventCounters>) -> Self {
+        let webhook = config.webhook.clone().and_then(|c| {
+            let events = events.clone();
+            spawn("webhook", c.queue, move |rx| {
+                webhook_worker(&c, &rx, &events)
+            })
+        });
+        let command = config.command.clone().and_then(|c| {
+            let events = events.clone();
+            spawn("command", c.queue, move |rx| {
+                command_worker(&c, &rx, &events)
+            })
+        });
+        Self {
+            log: config.log,
+            host: host.to_owned(),
+            webhook,
+            command,
+            events,
+        }
+    }
+
+    /// Hands `alert` to every sink; returns at once.
+    pub fn send(&self, alert: &Alert) {
+        if self.log {
+            match alert.state {
+                AlertState::Firing => tracing::warn!(
+                    rule = alert.rule,
+                    severity = ?alert.severity,
+                    "FIRING {}: {} — {}",
+                    alert.rule,
+                    alert.summary,
+                    alert.action
+                ),
+                _ => tracing::info!(
+                    rule = alert.rule,
+                    "RESOLVED {}: {}",
+                    alert.rule,
+                    alert.summary
+                ),
+            }
+        }
+        if self.webhook.is_none() && self.command.is_none() {
+            return;
+        }
+        let body = match serde_json::to_vec(&Notification {
+            version: 1,
+            status: alert.state,
+            host: &self.host,
+            alert,
+        }) {
+            Ok(b) => b,
+            Err(e) => {
+                self.events.emit(
+                    InternalEvent::NotificationFailed,
+                    format_args!("encoding {}: {e}", alert.key),
+                );
+                return;
+            }
+        };
+        for w in [&self.webhook, &self.command].into_iter().flatten() {
+            match w.queue.try_send(body.clone()) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) => self.events.emit(
+                    InternalEvent::NotificationDropped,
+                    format_args!(
+                        "{} queue full; dropped {} {:?}",
+                        w.name, alert.key, alert.state
+                    ),
+                ),
+                Err(TrySendError::Disconnected(_)) => self.events.emit(
+                    InternalEvent::NotificationFailed,
+                    format_args!("{} worker is gone; {} not sent", w.name, alert.key),
+                ),
+            }
+        }
+    }
+
+    /// Stops taking notifications and gives the workers until `deadline` to send what is
+    /// queued; what is left then is counted as dropped.
+    pub fn shutdown(self, deadline: Duration) {
+        let until = Instant::now() + deadline;
+        for w in [self.webhook, self.command].into_iter().flatten() {
+            drop(w.queue);
+            while !w.handle.is_finished() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if !w.handle.is_finished() {
+                self.events.emit(
+                    InternalEvent::NotificationDropped,
+                    format_args!("{} still busy at shutdown; its queue is lost", w.name),
+                );
+            }
+        }
+    }
+}
+
+fn spawn(
+    name: &'static str,
+    capacity: usize,
+    run: impl FnOnce(Receiver<Vec<u8>>) + Send + 'static,
+) -> Option<Worker> {
+    let (queue, rx) = mpsc::sync_channel(capacity);
+    match std::thread::Builder::new()
+        .name(format!("gpuwatch-{name}"))
+        .spawn(move || run(rx))
+    {
+        Ok(handle) => Some(Worker {
+            name,
+            queue,
+            handle,
+        }),
+        Err(e) => {
+            tracing::error!("cannot start the {name} notifier thread: {e}; {name} disabled");
+            None
+        }
+    }
+}
+
+fn webhook_worker(c: &WebhookConfig, rx: &Receiver<Vec<u8>>, events: &EventCounters) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(c.timeout))
+        .http_status_as_error(true)
+        .build()
+        .into();
+    while let Ok(body) = rx.recv() {
+        let mut wait = c.backoff;
+        for attempt in 0..=c.retries {
+            let mut req = agent.post(&c.url).content_type("application/json");
+            for (k, v) in &c.headers {
+                req = req.header(k, v);
+            }
+            match req.send(&body[..]) {
+                Ok(_) => break,
+                Err(e) if attempt == c.retries => {
+                    events.emit(
+                        InternalEvent::NotificationFailed,
+                        format_args!(
+                            "webhook {}: {e}; gave up after {} attempts",
+                            c.url,
+                            attempt + 1
+                        ),
+                    );
+                }
+                Err(e) => {
+                    tracing::debug!("webhook {}: {e}; retrying in {wait:?}", c.url);
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(Duration::from_secs(60));
+                }
+            }
+        }
+    }
+}
+
+fn command_worker(c: &CommandConfig, rx: &Receiver<Vec<u8>>, events: &EventCounters) {
+    while let Ok(body) = rx.recv() {
+        if let Err(e) = run_command(c, &body) {
+            events.emit(
+                InternalEvent::NotificationFailed,
+                format_args!("command {:?}: {e}", c.argv[0]),
+            );
+        }
+    }
+}
+
+fn run_command(c: &CommandConfig, body: &[u8]) -> Result<(), String> {
+    let alert: serde_json::Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    let field = |path: &[&str]| {
+        let mut v = &alert;
+        for p in path {
+            v = &v[p];
+        }
+        v.as_str().unwrap_or_default().to_owned()
+    };
+    let mut child = std::process::Command::new(&c.argv[0])
+        .args(&c.argv[1..])
+        .env("GPUWATCH_ALERT_RULE", field(&["alert", "rule"]))
+        .env("GPUWATCH_ALERT_STATE", field(&["status"]))
+        .env("GPUWATCH_ALERT_SEVERITY", field(&["alert", "severity"]))
+        .env("GPUWATCH_ALERT_SUMMARY", field(&["alert", "summary"]))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start: {e}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A command that ignores its input closes the pipe early; that is its business.
+        let _ = stdin.write_all(body);
+    }
+    let until = Instant::now() + c.timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) if status.success() => return Ok(()),
+            Ok(Some(status)) => return Err(format!("exited with {status}")),
+            Ok(None) if Instant::now() >= until => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("killed after {:?}", c.timeout));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
