@@ -9,6 +9,7 @@
 //! `docs/config.md` documents every key.
 use crate::analysis::VerdictConfig;
 use crate::health::doctor::DoctorConfig;
+use crate::health::headroom::HeadroomConfig;
 use crate::health::rules::RulesConfig;
 use crate::notify::NotifyConfig;
 use serde::Deserialize;
@@ -23,6 +24,7 @@ pub struct Config {
     pub interval: Duration,
     pub sources: SourcesConfig,
     pub verdict: VerdictConfig,
+    pub headroom: HeadroomConfig,
     pub doctor: DoctorConfig,
     pub alerts: AlertsConfig,
     pub notify: NotifyConfig,
@@ -34,6 +36,7 @@ impl Default for Config {
             interval: Duration::from_secs(1),
             sources: SourcesConfig::default(),
             verdict: VerdictConfig::default(),
+            headroom: HeadroomConfig::default(),
             doctor: DoctorConfig::default(),
             alerts: AlertsConfig::default(),
             notify: NotifyConfig::default(),
@@ -190,7 +193,12 @@ fn plain_message(s: &str) -> String {
         Some(rest) => rest.split_once(": ").map_or(rest, |(_, m)| m),
         None => s,
     };
-    s.lines().next().unwrap_or(s).trim().to_owned()
+    let s = s.lines().next().unwrap_or(s).trim();
+    // Some messages repeat the place at their end.
+    match s.rfind(" at line ") {
+        Some(i) if s[i..].contains(", column ") => s[..i].to_owned(),
+        _ => s.to_owned(),
+    }
 }
 
 /// One `key:` line of a block-style YAML document.
@@ -429,6 +437,10 @@ mod tests {
         assert_eq!(
             plain_message("error: line 4 column 5: unknown field `fr`"),
             "unknown field `fr`"
+        );
+        assert_eq!(
+            plain_message("unknown field `x`, expected y at line 3, column 5"),
+            "unknown field `x`, expected y"
         );
     }
 }

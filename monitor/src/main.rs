@@ -2,6 +2,7 @@
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use gpuwatch::agent::{Agent, AgentConfig};
+use gpuwatch::config::Config;
 use gpuwatch::output::table;
 use gpuwatch::sampler::SamplerConfig;
 use gpuwatch::sources::docker::DockerSourceConfig;
@@ -23,6 +24,9 @@ struct Cli {
     /// Log filter (tracing-subscriber syntax), e.g. `info`, `gpuwatch=debug`.
     #[arg(long, env = "GPUWATCH_LOG", default_value = "warn", global = true)]
     log: String,
+    /// The YAML config file (docs/config.md); without one, the defaults.
+    #[arg(long, short = 'c', env = "GPUWATCH_CONFIG", global = true)]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -39,6 +43,44 @@ enum Command {
     Snapshot(SnapshotArgs),
     /// Record a sample every interval to CSV or JSON Lines, until --duration or Ctrl-C/SIGTERM.
     Record(RecordArgs),
+    /// Check the host and every GPU container against the health checklist; exits 2 when
+    /// something is at risk, so it can gate a training launch.
+    Doctor(DoctorArgs),
+    /// Evaluate the alert rules every interval and send notifications (log, webhook, command),
+    /// until --duration or Ctrl-C/SIGTERM; prints each alert as it fires and resolves.
+    Watch(WatchArgs),
+    /// Validate a config file without running anything.
+    CheckConfig {
+        /// The YAML file to check.
+        file: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct DoctorArgs {
+    #[command(flatten)]
+    sources: SourceArgs,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// How long to sample (default: the config's `doctor.window`, 5 s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    window: Option<Duration>,
+}
+
+#[derive(Args)]
+struct WatchArgs {
+    #[command(flatten)]
+    sources: SourceArgs,
+    /// Time between evaluations (default: the config's `interval`, 1 s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    interval: Option<Duration>,
+    /// Stop after this long (default: until Ctrl-C or SIGTERM).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
+    /// Print each transition as a JSON line (the webhook's body) instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -53,9 +95,9 @@ enum RecordFormat {
 struct RecordArgs {
     #[command(flatten)]
     sources: SourceArgs,
-    /// Time between samples.
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
-    interval: Duration,
+    /// Time between samples (default: the config's `interval`, 1 s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    interval: Option<Duration>,
     /// Stop after this long (default: until Ctrl-C or SIGTERM).
     #[arg(long, value_parser = humantime::parse_duration)]
     duration: Option<Duration>,
@@ -66,22 +108,18 @@ struct RecordArgs {
     format: RecordFormat,
 }
 
-/// Where the agent gets its data.
+/// Where the agent gets its data; each flag overrides the config file's `sources:`.
 #[derive(Args)]
 struct SourceArgs {
-    /// NVML library to load (default: libnvidia-ml.so from the loader path).
+    /// NVML library to load (default: libnvidia-ml.so.1 from the loader path).
     #[arg(long, env = "GPUWATCH_NVML_LIB")]
     nvml_lib: Option<PathBuf>,
     /// Do not use NVML.
     #[arg(long)]
     no_nvml: bool,
-    /// Docker daemon socket.
-    #[arg(
-        long,
-        env = "GPUWATCH_DOCKER_SOCKET",
-        default_value = "/var/run/docker.sock"
-    )]
-    docker_socket: PathBuf,
+    /// Docker daemon socket (default: /var/run/docker.sock).
+    #[arg(long, env = "GPUWATCH_DOCKER_SOCKET")]
+    docker_socket: Option<PathBuf>,
     /// Do not use Docker (identities from cgroups only).
     #[arg(long)]
     no_docker: bool,
@@ -89,23 +127,38 @@ struct SourceArgs {
     #[arg(long)]
     no_ebpf: bool,
     /// The proc filesystem to read (for an agent in a container with the host's /proc mounted).
-    #[arg(long, default_value = "/proc")]
-    proc_root: PathBuf,
+    #[arg(long)]
+    proc_root: Option<PathBuf>,
 }
 
 impl SourceArgs {
-    fn agent_config(&self) -> AgentConfig {
+    fn agent_config(&self, config: &Config) -> AgentConfig {
+        let mut src = config.sources.clone();
+        src.nvml &= !self.no_nvml;
+        src.docker &= !self.no_docker;
+        src.ebpf &= !self.no_ebpf;
+        if let Some(p) = &self.nvml_lib {
+            src.nvml_lib = Some(p.clone());
+        }
+        if let Some(p) = &self.docker_socket {
+            src.docker_socket = p.clone();
+        }
+        if let Some(p) = &self.proc_root {
+            src.proc_root = p.clone();
+        }
         AgentConfig {
             sampler: SamplerConfig {
-                gpu: (!self.no_nvml).then(|| GpuSourceConfig {
-                    lib_path: self.nvml_lib.clone(),
+                gpu: src.nvml.then(|| GpuSourceConfig {
+                    lib_path: src.nvml_lib.clone(),
                 }),
-                probes: !self.no_ebpf,
-                proc_root: self.proc_root.clone(),
+                probes: src.ebpf,
+                proc_root: src.proc_root.clone(),
+                verdict: config.verdict,
+                headroom: config.headroom,
                 ..SamplerConfig::default()
             },
-            docker: (!self.no_docker).then(|| DockerSourceConfig {
-                socket: self.docker_socket.clone(),
+            docker: src.docker.then(|| DockerSourceConfig {
+                socket: src.docker_socket.clone(),
                 ..DockerSourceConfig::default()
             }),
         }
@@ -138,10 +191,49 @@ fn main() -> std::process::ExitCode {
 fn run() -> Result<()> {
     let cli = Cli::parse();
     init_logging(cli.log_format, &cli.log)?;
-    match cli.command {
-        Command::Snapshot(args) => snapshot(&args),
-        Command::Record(args) => record(&args),
+    if let Command::CheckConfig { file } = &cli.command {
+        return check_config(file);
     }
+    let config = match &cli.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    match cli.command {
+        Command::Snapshot(args) => snapshot(&args, &config),
+        Command::Record(args) => record(&args, &config),
+        Command::Doctor(args) => doctor(&args, &config),
+        Command::Watch(args) => watch(&args, &config),
+        Command::CheckConfig { .. } => unreachable!("handled above"),
+    }
+}
+
+fn check_config(file: &std::path::Path) -> Result<()> {
+    let c = Config::load(file)?;
+    let r = &c.alerts.rules;
+    let enabled: Vec<&str> = gpuwatch::health::rules::RULE_NAMES
+        .iter()
+        .copied()
+        .filter(|name| r.is_enabled(name))
+        .collect();
+    println!(
+        "{}: ok (interval {}, {} of {} alert rules enabled: {}; notify: log{}{})",
+        file.display(),
+        humantime::format_duration(c.interval),
+        enabled.len(),
+        gpuwatch::health::rules::RULE_NAMES.len(),
+        enabled.join(", "),
+        if c.notify.webhook.is_some() {
+            ", webhook"
+        } else {
+            ""
+        },
+        if c.notify.command.is_some() {
+            ", command"
+        } else {
+            ""
+        },
+    );
+    Ok(())
 }
 
 fn init_logging(format: LogFormat, filter: &str) -> Result<()> {
@@ -160,8 +252,8 @@ fn init_logging(format: LogFormat, filter: &str) -> Result<()> {
     Ok(())
 }
 
-fn snapshot(args: &SnapshotArgs) -> Result<()> {
-    let mut agent = Agent::start(&args.sources.agent_config(), Duration::from_secs(3))
+fn snapshot(args: &SnapshotArgs, config: &Config) -> Result<()> {
+    let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
         .context("starting the agent")?;
     // The first round is the baseline; the second covers the window.
     agent.sampler.round();
@@ -205,15 +297,12 @@ fn wait_polling(
     }
 }
 
-fn record(args: &RecordArgs) -> Result<()> {
+fn record(args: &RecordArgs, config: &Config) -> Result<()> {
     use std::io::IsTerminal;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-    anyhow::ensure!(!args.interval.is_zero(), "--interval must be more than 0");
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
-    }
+    use std::sync::atomic::Ordering;
+    let interval = args.interval.unwrap_or(config.interval);
+    anyhow::ensure!(!interval.is_zero(), "--interval must be more than 0");
+    let stop = stop_on_signals()?;
     let to_stdout = args.output.as_os_str() == "-";
     let name = if to_stdout {
         "standard output".to_owned()
@@ -228,7 +317,7 @@ fn record(args: &RecordArgs) -> Result<()> {
     let mut out = std::io::BufWriter::new(sink);
     let progress = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
 
-    let mut agent = Agent::start(&args.sources.agent_config(), Duration::from_secs(3))
+    let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
         .context("starting the agent")?;
     agent.sampler.round(); // baseline: rates and samples cover each interval from the first row on
     if let RecordFormat::Csv = args.format {
@@ -236,7 +325,7 @@ fn record(args: &RecordArgs) -> Result<()> {
             .with_context(|| format!("writing {name}"))?;
     }
     let started = std::time::Instant::now();
-    let mut next = started + args.interval;
+    let mut next = started + interval;
     let mut samples = 0u64;
     while wait_polling(&mut agent, next, &stop) {
         let snap = agent.sampler.round();
@@ -258,7 +347,7 @@ fn record(args: &RecordArgs) -> Result<()> {
         if args.duration.is_some_and(|d| started.elapsed() >= d) {
             break;
         }
-        next += args.interval;
+        next += interval;
     }
     out.flush().with_context(|| format!("writing {name}"))?;
     if progress {
@@ -268,4 +357,106 @@ fn record(args: &RecordArgs) -> Result<()> {
         tracing::info!("stopped by a signal after {samples} samples; {name} is complete");
     }
     Ok(())
+}
+
+/// A flag set by SIGINT or SIGTERM.
+fn stop_on_signals() -> Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
+    }
+    Ok(stop)
+}
+
+/// Exit status of `doctor` when a check is at risk (1 stays "the command failed").
+const EXIT_AT_RISK: u8 = 2;
+
+fn doctor(args: &DoctorArgs, config: &Config) -> Result<()> {
+    use gpuwatch::health::doctor::{self, Status};
+    let window = args.window.unwrap_or(config.doctor.window);
+    let stop = stop_on_signals()?;
+    let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
+        .context("starting the agent")?;
+    // One snapshot per second over the window: start values, peaks and trends.
+    let started = std::time::Instant::now();
+    let mut snaps = vec![agent.sampler.round()];
+    let mut next = started + Duration::from_secs(1);
+    while next <= started + window && wait_polling(&mut agent, next, &stop) {
+        snaps.push(agent.sampler.round());
+        next += Duration::from_secs(1);
+    }
+    let report = doctor::examine(&snaps, &config.doctor);
+    let mut stdout = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut stdout, &report).context("writing JSON")?;
+        writeln!(stdout).context("writing JSON")?;
+    } else {
+        stdout
+            .write_all(table::render_doctor(&report).as_bytes())
+            .context("writing the table")?;
+    }
+    stdout.flush().context("writing the report")?;
+    if report.status == Status::Risk {
+        std::process::exit(EXIT_AT_RISK.into());
+    }
+    Ok(())
+}
+
+fn watch(args: &WatchArgs, config: &Config) -> Result<()> {
+    use gpuwatch::events::InternalEvent;
+    use gpuwatch::health::alerts::AlertEngine;
+    use gpuwatch::notify::{Notification, Notifier};
+    let interval = args.interval.unwrap_or(config.interval);
+    anyhow::ensure!(!interval.is_zero(), "--interval must be more than 0");
+    let stop = stop_on_signals()?;
+    let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
+        .context("starting the agent")?;
+    let first = agent.sampler.round();
+    let host = first.host.hostname.clone();
+    let notifier = Notifier::start(&config.notify, &host, agent.events.clone());
+    let mut engine = AlertEngine::new(&config.alerts);
+    let started = std::time::Instant::now();
+    let mut next = started + interval;
+    let mut stdout = std::io::stdout().lock();
+    let result = (|| -> Result<()> {
+        // The first round counts too: a lost GPU or ECC errors fire at once.
+        let mut snap = first;
+        loop {
+            let round = engine.evaluate(&snap);
+            for a in &round.notify {
+                notifier.send(a);
+                if args.json {
+                    let n = Notification {
+                        version: 1,
+                        status: a.state,
+                        host: &host,
+                        alert: a,
+                    };
+                    serde_json::to_writer(&mut stdout, &n).context("writing to stdout")?;
+                    writeln!(stdout).context("writing to stdout")?;
+                } else {
+                    writeln!(stdout, "{}", table::render_alert_line(a))
+                        .context("writing to stdout")?;
+                }
+            }
+            for a in &round.rate_limited {
+                agent.events.emit(
+                    InternalEvent::NotificationRateLimited,
+                    format_args!("{} {:?} held back by the rate limit", a.key, a.state),
+                );
+            }
+            stdout.flush().context("writing to stdout")?;
+            if args.duration.is_some_and(|d| started.elapsed() >= d)
+                || !wait_polling(&mut agent, next, &stop)
+            {
+                break;
+            }
+            next += interval;
+            snap = agent.sampler.round();
+        }
+        Ok(())
+    })();
+    // Queued notifications get a few seconds to go out, whatever ended the loop.
+    notifier.shutdown(Duration::from_secs(5));
+    result
 }

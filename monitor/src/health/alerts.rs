@@ -146,9 +146,13 @@ impl AlertEngine {
         }
         t.alert.state = AlertState::Resolved;
         t.alert.resolved_at = Some(rfc3339(now));
-        if let Some(n) = note {
-            t.alert.summary = format!("{} ({n})", t.alert.summary);
-        }
+        let held = std::time::Duration::from_secs(now.saturating_sub(t.since_ms) / 1000);
+        t.alert.summary = format!(
+            "cleared{} after {}; last seen: {}",
+            note.map(|n| format!(" ({n})")).unwrap_or_default(),
+            humantime::format_duration(held),
+            t.alert.summary
+        );
         Some(t.alert)
     }
 
@@ -280,7 +284,13 @@ mod tests {
         // The GPU disappears from the snapshot: resolved, saying why.
         let out = e.evaluate(&snapshot(2000, vec![], vec![]));
         assert_eq!(out.notify[0].state, AlertState::Resolved);
-        assert!(out.notify[0].summary.ends_with("(no longer present)"));
+        assert!(
+            out.notify[0]
+                .summary
+                .starts_with("cleared (no longer present) after 2s; last seen: GPU 0 at 99"),
+            "{}",
+            out.notify[0].summary
+        );
     }
 
     #[test]

@@ -201,7 +201,12 @@ pub fn examine(snaps: &[Snapshot], c: &DoctorConfig) -> Report {
         ("docker", &last.sources.docker),
         ("ebpf", &last.sources.ebpf),
     ] {
-        if !state.up {
+        // A source turned off on purpose is no finding.
+        let disabled = state
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.ends_with("disabled"));
+        if !state.up && !disabled {
             check(
                 if name == "docker" {
                     "docker"

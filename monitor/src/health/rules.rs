@@ -114,6 +114,16 @@ macro_rules! rules_config {
 
         /// The rule names, as in the config file and in alerts.
         pub const RULE_NAMES: &[&str] = &[$(stringify!($field),)*];
+
+        impl RulesConfig {
+            /// Whether the rule named `name` runs (`false` for an unknown name).
+            pub fn is_enabled(&self, name: &str) -> bool {
+                match name {
+                    $(stringify!($field) => self.$field.enabled,)*
+                    _ => false,
+                }
+            }
+        }
     };
 }
 

@@ -176,3 +176,96 @@ pub fn render_snapshot(s: &Snapshot) -> String {
     }
     out
 }
+
+/// The checklist of `gpuwatch doctor`, then the actions for what is not ok.
+pub fn render_doctor(r: &crate::health::doctor::Report) -> String {
+    let status = |s: crate::health::doctor::Status| {
+        serde_json::to_value(s)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_uppercase))
+            .unwrap_or_default()
+    };
+    let rows: Vec<Vec<String>> = r
+        .checks
+        .iter()
+        .map(|c| {
+            vec![
+                status(c.status),
+                c.check.to_owned(),
+                c.subject.clone(),
+                c.value.clone(),
+                c.threshold.clone(),
+            ]
+        })
+        .collect();
+    let mut out = render(&["STATUS", "CHECK", "SUBJECT", "VALUE", "THRESHOLD"], &rows);
+    let todo: Vec<_> = r.checks.iter().filter(|c| !c.action.is_empty()).collect();
+    if !todo.is_empty() {
+        out.push_str("\nTo do:\n");
+        for c in todo {
+            let _ = writeln!(
+                out,
+                "- {} {} ({}): {}",
+                status(c.status),
+                c.check,
+                c.subject,
+                c.action
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n{}: {} checks over {:.0} s ({} samples)",
+        status(r.status),
+        r.checks.len(),
+        r.window_seconds,
+        r.samples
+    );
+    out
+}
+
+/// One line per alert transition, for `gpuwatch watch`.
+pub fn render_alert_line(a: &crate::health::alerts::Alert) -> String {
+    use crate::health::alerts::AlertState;
+    let when = match a.state {
+        AlertState::Resolved => a.resolved_at.as_deref(),
+        _ => a.firing_since.as_deref(),
+    }
+    .unwrap_or(&a.active_since);
+    let mut subject = Vec::new();
+    if let Some(g) = &a.subject.gpu {
+        subject.push(format!("GPU {}", g.index));
+    }
+    if let Some(c) = &a.subject.container {
+        let mut s = c.name.clone();
+        if let Some(svc) = &c.compose_service {
+            let _ = write!(s, " [{svc}]");
+        }
+        if let Some(img) = &c.image {
+            let _ = write!(s, " ({img})");
+        }
+        subject.push(s);
+    }
+    if let Some(pid) = a.subject.pid {
+        subject.push(format!("PID {pid}"));
+    }
+    let state = match a.state {
+        AlertState::Pending => "PENDING",
+        AlertState::Firing => "FIRING",
+        AlertState::Resolved => "RESOLVED",
+    };
+    let severity = match a.severity {
+        crate::health::rules::Severity::Warning => "warning",
+        crate::health::rules::Severity::Critical => "critical",
+    };
+    let mut line = format!(
+        "{when} {state} {severity} {} {}: {}",
+        a.rule,
+        subject.join(" / "),
+        a.summary
+    );
+    if a.state == AlertState::Firing {
+        let _ = write!(line, " — {}", a.action);
+    }
+    line
+}

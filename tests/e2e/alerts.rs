@@ -1,0 +1,530 @@
+//! Alerts, doctor and the config file, end to end: real containers, the fake NVML driven through
+//! a scripted timeline, `gpuwatch watch` notifying a real local HTTP receiver.
+mod support;
+
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use support::*;
+
+const MIB: u64 = 1 << 20;
+const TOTAL: u64 = 80 * GIB;
+
+/// A webhook receiver on 127.0.0.1: records every POST body; answers 503 to the first
+/// `fail_first` requests (to exercise retries), 200 after.
+struct Receiver {
+    url: String,
+    bodies: Arc<Mutex<Vec<Value>>>,
+    requests: Arc<Mutex<usize>>,
+}
+
+impl Receiver {
+    fn start(fail_first: usize) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let requests = Arc::new(Mutex::new(0));
+        let (b, r) = (bodies.clone(), requests.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let n = {
+                    let mut r = r.lock().unwrap();
+                    *r += 1;
+                    *r
+                };
+                let _ = serve_one(stream, n <= fail_first, &b);
+            }
+        });
+        Self {
+            url,
+            bodies,
+            requests,
+        }
+    }
+
+    fn bodies(&self) -> Vec<Value> {
+        self.bodies.lock().unwrap().clone()
+    }
+}
+
+fn serve_one(stream: TcpStream, fail: bool, bodies: &Mutex<Vec<Value>>) -> std::io::Result<()> {
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut len = 0usize;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = l.split_once(':') {
+            if k.eq_ignore_ascii_case("content-length") {
+                len = v.trim().parse().unwrap_or(0);
+            }
+        }
+    }
+    let mut body = vec![0; len];
+    reader.read_exact(&mut body)?;
+    let mut stream = stream;
+    if fail {
+        stream.write_all(
+            b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        )?;
+        return Ok(());
+    }
+    bodies
+        .lock()
+        .unwrap()
+        .push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+    stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+}
+
+/// Replaces the scenario atomically (the fake re-reads it when it changes).
+fn write_scenario(path: &Path, s: &Value) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_vec(s).unwrap()).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn gpuwatch(scenario: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuwatch"));
+    cmd.env("GPUWATCH_NVML_LIB", fake_nvml_lib())
+        .env("FAKE_NVML_SCENARIO", scenario)
+        .env("NO_COLOR", "1");
+    cmd
+}
+
+fn sigterm(child: &std::process::Child) {
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+}
+
+/// (key → [states in order]) of the notifications received.
+fn by_key(bodies: &[Value]) -> BTreeMap<String, Vec<String>> {
+    let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for b in bodies {
+        m.entry(b["alert"]["key"].as_str().unwrap_or_default().to_owned())
+            .or_default()
+            .push(b["status"].as_str().unwrap_or_default().to_owned());
+    }
+    m
+}
+
+fn rules_seen(bodies: &[Value], status: &str) -> Vec<String> {
+    let mut v: Vec<String> = bodies
+        .iter()
+        .filter(|b| b["status"] == status)
+        .map(|b| b["alert"]["rule"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+const ALL_RULES: [&str; 10] = [
+    "cpu_memory_leak",
+    "ghost_process",
+    "gpu_ecc_errors",
+    "gpu_imbalance",
+    "gpu_lost",
+    "gpu_memory_high",
+    "gpu_memory_leak",
+    "gpu_temperature_high",
+    "gpu_underutilized",
+    "power_cap_low_util",
+];
+
+#[test]
+fn every_rule_fires_and_resolves_once_per_incident() {
+    require_root();
+    // The trainer leaks: host memory through a tmpfs it keeps writing (real pages charged to
+    // its cgroup), GPU memory through the scenario below. It stops when /tmp/stop appears.
+    let trainer = Container::start_with(
+        &unique("alert-trainer"),
+        &[("com.docker.compose.service", "trainer")],
+        &["--tmpfs", "/data:size=1g"],
+        "i=0; while [ ! -e /tmp/stop ]; do dd if=/dev/zero of=/data/f$i bs=1M count=4 \
+         2>/dev/null; i=$((i+1)); sleep 0.2; done; sleep 3600",
+    );
+    let ddp = Container::start(&unique("alert-ddp"), &[], "sleep 3600");
+    let ghost = Container::start(&unique("alert-ghost"), &[], "sleep 3600");
+    let (trainer_pid, ddp_pid, ghost_pid) = (trainer.pid, ddp.pid, ghost.pid);
+
+    let receiver = Receiver::start(1);
+    let dir = tempfile::tempdir().unwrap();
+    let scenario_path = dir.path().join("scenario.json");
+    let config = dir.path().join("gpuwatch.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "interval: 250ms
+alerts:
+  max_notifications_per_minute: 1000
+  rules:
+    gpu_underutilized: {{below_percent: 30, for: 1s}}
+    gpu_memory_high: {{above_percent: 95, for: 1s}}
+    gpu_temperature_high: {{above_celsius: 83, for: 1s}}
+    gpu_memory_leak: {{window: 6s, min_duration: 3s, min_growth_per_minute: 600MiB, min_r_squared: 0.8}}
+    cpu_memory_leak: {{window: 6s, min_duration: 3s, min_growth_per_minute: 300MiB, min_r_squared: 0.8}}
+    gpu_imbalance: {{spread_percent: 5, for: 1s}}
+    power_cap_low_util: {{power_ratio: 0.9, below_utilization_percent: 80, for: 1s}}
+    ghost_process: {{for: 1s}}
+notify:
+  webhook:
+    url: {}
+    retries: 3
+    backoff: 100ms
+",
+            receiver.url
+        ),
+    )
+    .unwrap();
+
+    let sick = |step: u64, ghost_listed: bool| {
+        let mut gpu0 = vec![
+            json!({"pid": trainer_pid, "used_memory_bytes": 2 * GIB + step * 100 * MIB, "sm_util": 10}),
+            json!({"pid": ddp_pid, "used_memory_bytes": 4 * GIB, "sm_util": 90}),
+        ];
+        if ghost_listed {
+            gpu0.push(json!({"pid": ghost_pid, "used_memory_bytes": GIB, "sm_util": 50}));
+        }
+        json!({"devices": [
+            {"uuid": "GPU-alert-0", "memory_total_bytes": TOTAL, "utilization_gpu": 60, "processes": gpu0},
+            {"uuid": "GPU-alert-1", "memory_total_bytes": TOTAL, "memory_used_bytes": TOTAL / 100 * 97,
+             "temperature": 90, "power_mw": 690_000, "power_limit_mw": 700_000, "utilization_gpu": 20,
+             "ecc_uncorrected_volatile": 2,
+             "processes": [{"pid": ddp_pid, "used_memory_bytes": 4 * GIB, "sm_util": 20}]},
+            {"uuid": "GPU-alert-2", "lost": true}
+        ]})
+    };
+    let healthy = json!({"devices": [
+        {"uuid": "GPU-alert-0", "memory_total_bytes": TOTAL, "utilization_gpu": 90, "processes": [
+            {"pid": trainer_pid, "used_memory_bytes": 6 * GIB, "sm_util": 95},
+            {"pid": ddp_pid, "used_memory_bytes": 4 * GIB, "sm_util": 50}]},
+        {"uuid": "GPU-alert-1", "memory_total_bytes": TOTAL, "temperature": 50, "utilization_gpu": 50,
+         "processes": [{"pid": ddp_pid, "used_memory_bytes": 4 * GIB, "sm_util": 50}]},
+        {"uuid": "GPU-alert-2"}
+    ]});
+    write_scenario(&scenario_path, &sick(0, true));
+
+    let mut watch = gpuwatch(&scenario_path)
+        .args(["-c"])
+        .arg(&config)
+        .args(["watch", "--json", "--log", "info"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = watch.stdout.take().unwrap();
+    let lines = Arc::new(Mutex::new(Vec::<Value>::new()));
+    let l2 = lines.clone();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            l2.lock()
+                .unwrap()
+                .push(serde_json::from_str(&line).unwrap_or(Value::Null));
+        }
+    });
+
+    // Phase 1: everything goes wrong. The GPU memory of the trainer grows 100 MiB per 500 ms;
+    // the ghost's container is removed once the agent has seen it alive.
+    let started = Instant::now();
+    let mut step = 0;
+    let mut ghost = Some(ghost);
+    while rules_seen(&receiver.bodies(), "firing").len() < ALL_RULES.len()
+        && started.elapsed() < Duration::from_secs(40)
+    {
+        std::thread::sleep(Duration::from_millis(500));
+        step += 1;
+        if step == 4 {
+            drop(ghost.take()); // docker rm -f: the PID dies, the fake NVML keeps listing it
+        }
+        write_scenario(&scenario_path, &sick(step, true));
+    }
+    let fired = rules_seen(&receiver.bodies(), "firing");
+    assert_eq!(
+        fired,
+        ALL_RULES,
+        "rules fired after {:?}",
+        started.elapsed()
+    );
+
+    // Phase 2: all well again; the ghost's PID is no longer listed, the trainer stops leaking.
+    docker(&["exec", &trainer.id, "touch", "/tmp/stop"]);
+    write_scenario(&scenario_path, &healthy);
+    let healed = Instant::now();
+    while rules_seen(&receiver.bodies(), "resolved").len() < ALL_RULES.len()
+        && healed.elapsed() < Duration::from_secs(40)
+    {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // A little longer: nothing may fire again.
+    std::thread::sleep(Duration::from_secs(2));
+    sigterm(&watch);
+    let status = watch.wait().unwrap();
+    reader.join().unwrap();
+    let mut stderr = String::new();
+    watch
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(status.success(), "{stderr}");
+
+    let bodies = receiver.bodies();
+    assert_eq!(
+        rules_seen(&bodies, "resolved"),
+        ALL_RULES,
+        "resolved after {:?}; stderr:\n{stderr}",
+        healed.elapsed()
+    );
+    // Exactly one firing, then one resolved, per incident — even though the receiver failed the
+    // first request (the retry delivered it, once).
+    assert!(*receiver.requests.lock().unwrap() > bodies.len());
+    for (key, states) in by_key(&bodies) {
+        assert_eq!(states, ["firing", "resolved"], "{key}");
+    }
+    // The same transitions on stdout, as JSON lines.
+    let printed = lines.lock().unwrap().clone();
+    assert_eq!(by_key(&printed), by_key(&bodies));
+
+    // Alerts name the container (name, image, compose service), the GPU and the value.
+    let firing = |rule: &str| -> Vec<&Value> {
+        bodies
+            .iter()
+            .filter(|b| b["status"] == "firing" && b["alert"]["rule"] == rule)
+            .collect()
+    };
+    let under = firing("gpu_underutilized");
+    let under = under
+        .iter()
+        .find(|b| b["alert"]["subject"]["container"]["name"] == trainer.name.as_str())
+        .expect("the trainer is underutilized");
+    assert_eq!(
+        under["alert"]["subject"]["container"]["compose_service"],
+        "trainer"
+    );
+    assert_eq!(
+        under["alert"]["subject"]["container"]["image"],
+        support::IMAGE
+    );
+    assert!((under["alert"]["value"].as_f64().unwrap() - 10.0).abs() < 3.0);
+    let ghost_alert = firing("ghost_process")[0];
+    assert_eq!(ghost_alert["alert"]["subject"]["pid"], ghost_pid);
+    assert_eq!(ghost_alert["alert"]["subject"]["gpu"]["index"], 0);
+    assert!(
+        ghost_alert["alert"]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("no longer exists"),
+        "{ghost_alert}"
+    );
+    let imbalance = firing("gpu_imbalance")[0];
+    assert_eq!(
+        imbalance["alert"]["subject"]["container"]["name"],
+        ddp.name.as_str()
+    );
+    assert!((imbalance["alert"]["value"].as_f64().unwrap() - 70.0).abs() < 10.0);
+    let leak = firing("gpu_memory_leak")[0];
+    // 100 MiB per 500 ms = 12000 MiB/min, as fitted.
+    let slope = leak["alert"]["value"].as_f64().unwrap();
+    assert!((9000.0..15000.0).contains(&slope), "{leak}");
+    let cpu_leak = firing("cpu_memory_leak")[0];
+    assert_eq!(
+        cpu_leak["alert"]["subject"]["container"]["name"],
+        trainer.name.as_str()
+    );
+    let hot = firing("gpu_temperature_high")[0];
+    assert_eq!(hot["alert"]["subject"]["gpu"]["uuid"], "GPU-alert-1");
+    assert_eq!(hot["alert"]["value"], 90.0);
+}
+
+#[test]
+fn a_dead_webhook_never_holds_back_sampling() {
+    require_root();
+    // Accepts connections and never answers.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let h2 = held.clone();
+    std::thread::spawn(move || {
+        for s in listener.incoming().flatten() {
+            h2.lock().unwrap().push(s);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    let config = dir.path().join("gpuwatch.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "interval: 200ms\nalerts:\n  rules:\n    gpu_temperature_high: {{for: 0s}}\n\
+             notify:\n  webhook: {{url: {url}, timeout: 2s, retries: 5, backoff: 1s, queue: 1}}\n"
+        ),
+    )
+    .unwrap();
+    let temp = |t: u32| json!({"devices": [{"uuid": "GPU-dead-hook", "temperature": t}]});
+    write_scenario(&scenario, &temp(95));
+    let child = gpuwatch(&scenario)
+        .args(["-c"])
+        .arg(&config)
+        .args(["watch", "--no-docker", "--no-ebpf", "--duration", "4s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    // Flip the temperature every 600 ms: a transition every flip, far more than the dead
+    // receiver could take.
+    for i in 0..6 {
+        std::thread::sleep(Duration::from_millis(600));
+        write_scenario(&scenario, &temp(if i % 2 == 0 { 50 } else { 95 }));
+    }
+    let out = child.wait_with_output().unwrap();
+    let took = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let transitions = stdout
+        .lines()
+        .filter(|l| l.contains(" FIRING ") || l.contains(" RESOLVED "))
+        .count();
+    assert!(
+        transitions >= 5,
+        "sampling went on while the webhook hung:\n{stdout}"
+    );
+    // The run ends at --duration plus at most the 5 s given to the queue, not after every
+    // retry of every notification.
+    assert!(took < Duration::from_secs(12), "{took:?}");
+    assert!(
+        stderr.contains("notification_dropped"),
+        "a full queue is counted and logged:\n{stderr}"
+    );
+}
+
+#[test]
+fn a_broken_config_names_file_line_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gpuwatch.yaml");
+    std::fs::write(
+        &path,
+        "interval: 1s\nalerts:\n  rules:\n    gpu_memory_high:\n      above_percent: lots\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        .arg("check-config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr.contains(&format!(
+            "{}: line 5, column 22, field `alerts.rules.gpu_memory_high.above_percent`",
+            path.display()
+        )),
+        "{stderr}"
+    );
+    // Every command refuses it the same way, before sampling anything.
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        .arg("-c")
+        .arg(&path)
+        .args(["snapshot", "--no-nvml", "--no-docker", "--no-ebpf"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 5"));
+    assert!(out.stdout.is_empty());
+    // A good file passes, and says what it enables.
+    std::fs::write(
+        &path,
+        "alerts:\n  rules:\n    gpu_imbalance: {enabled: false}\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        .arg("check-config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("9 of 10 alert rules enabled"));
+}
+
+#[test]
+fn doctor_gates_a_launch() {
+    require_root();
+    let c = Container::start(&unique("doctor"), &[], "sleep 3600");
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    let healthy = json!({"devices": [{"uuid": "GPU-doc", "temperature": 38,
+        "processes": [{"pid": c.pid, "used_memory_bytes": 2 * GIB, "sm_util": 80}]}]});
+    write_scenario(&scenario, &healthy);
+    let run = |window: &str| {
+        let out = gpuwatch(&scenario)
+            .args(["doctor", "--json", "--no-ebpf", "--window", window])
+            .output()
+            .unwrap();
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("{e}: {}", String::from_utf8_lossy(&out.stderr));
+        });
+        (out.status.code(), report)
+    };
+    let (code, report) = run("2s");
+    assert_eq!(code, Some(0), "{report:#}");
+    assert_eq!(report["status"], "ok");
+    let checks = report["checks"].as_array().unwrap();
+    assert!(checks
+        .iter()
+        .any(|c2| c2["check"] == "container_memory" && c2["subject"] == c.name.as_str()));
+
+    // The seed's risks: hot at start, memory nearly full and growing, a slow driver, ECC
+    // errors, a ghost.
+    let dead = dead_pid();
+    let pid = c.pid;
+    let sick = move |used: u64| {
+        json!({
+            "delays_ms": {"nvmlDeviceGetMemoryInfo_v2": 600},
+            "devices": [{"uuid": "GPU-doc", "temperature": 60, "memory_total_bytes": TOTAL,
+                "memory_used_bytes": used, "ecc_uncorrected_volatile": 1,
+                "processes": [{"pid": pid, "used_memory_bytes": 2 * GIB, "sm_util": 80},
+                              {"pid": dead, "used_memory_bytes": GIB}]}]})
+    };
+    write_scenario(&scenario, &sick(TOTAL / 100 * 93));
+    let s2 = scenario.clone();
+    let grow = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1500));
+        write_scenario(&s2, &sick(TOTAL / 100 * 96));
+    });
+    let (code, report) = run("3s");
+    grow.join().unwrap();
+    assert_eq!(code, Some(2), "{report:#}");
+    assert_eq!(report["status"], "risk");
+    let status = |check: &str| -> Vec<String> {
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["check"] == check)
+            .map(|c| c["status"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    for check in [
+        "start_temperature",
+        "gpu_memory_peak",
+        "nvml_latency",
+        "ecc_errors",
+        "ghost_process",
+    ] {
+        assert_eq!(status(check), ["risk"], "{check}: {report:#}");
+    }
+}
