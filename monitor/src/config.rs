@@ -424,6 +424,18 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_example_is_valid_and_spells_out_the_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/gpuwatch.yaml");
+        let c = Config::load(&path).expect("deploy/gpuwatch.yaml");
+        let d = Config::default();
+        assert_eq!(format!("{:?}", c.alerts), format!("{:?}", d.alerts));
+        assert_eq!(format!("{:?}", c.doctor), format!("{:?}", d.doctor));
+        assert_eq!(format!("{:?}", c.verdict), format!("{:?}", d.verdict));
+        assert_eq!(format!("{:?}", c.sources), format!("{:?}", d.sources));
+        assert_eq!(c.headroom.baseline, d.headroom.baseline);
+    }
+
+    #[test]
     fn sizes_and_paths() {
         assert_eq!(ByteSize::parse("2GiB"), Ok(ByteSize(2 << 30)));
         assert_eq!(ByteSize::parse("1.5 GB"), Ok(ByteSize(1_500_000_000)));
