@@ -130,7 +130,7 @@ fn rules_seen(bodies: &[Value], status: &str) -> Vec<String> {
     v
 }
 
-const ALL_RULES: [&str; 10] = [
+const ALL_RULES: [&str; 11] = [
     "cpu_memory_leak",
     "ghost_process",
     "gpu_ecc_errors",
@@ -140,6 +140,7 @@ const ALL_RULES: [&str; 10] = [
     "gpu_memory_leak",
     "gpu_temperature_high",
     "gpu_underutilized",
+    "gpu_xid_errors",
     "power_cap_low_util",
 ];
 
@@ -177,6 +178,7 @@ alerts:
     cpu_memory_leak: {{window: 6s, min_duration: 3s, min_growth_per_minute: 300MiB, min_r_squared: 0.8}}
     gpu_imbalance: {{spread_percent: 5, for: 1s}}
     power_cap_low_util: {{power_ratio: 0.9, below_utilization_percent: 80, for: 1s}}
+    gpu_xid_errors: {{hold: 3s}}
     ghost_process: {{for: 1s}}
 notify:
   webhook:
@@ -202,6 +204,8 @@ notify:
             {"uuid": "GPU-alert-1", "memory_total_bytes": TOTAL, "memory_used_bytes": TOTAL / 100 * 97,
              "temperature": 90, "power_mw": 690_000, "power_limit_mw": 700_000, "utilization_gpu": 20,
              "ecc_uncorrected_volatile": 2,
+             // Xid 79 arrives once the agent listens; it is delivered once.
+             "xid_events": if step >= 2 { vec![79] } else { vec![] },
              "processes": [{"pid": ddp_pid, "used_memory_bytes": 4 * GIB, "sm_util": 20}]},
             {"uuid": "GPU-alert-2", "lost": true}
         ]})
@@ -346,6 +350,9 @@ notify:
         cpu_leak["alert"]["subject"]["container"]["name"],
         trainer.name.as_str()
     );
+    let xid = firing("gpu_xid_errors")[0];
+    assert_eq!(xid["alert"]["value"], 79.0);
+    assert_eq!(xid["alert"]["subject"]["gpu"]["uuid"], "GPU-alert-1");
     let hot = firing("gpu_temperature_high")[0];
     assert_eq!(hot["alert"]["subject"]["gpu"]["uuid"], "GPU-alert-1");
     assert_eq!(hot["alert"]["value"], 90.0);
@@ -459,7 +466,7 @@ fn a_broken_config_names_file_line_and_field() {
         .output()
         .unwrap();
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("9 of 10 alert rules enabled"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("10 of 11 alert rules enabled"));
 }
 
 #[test]

@@ -360,6 +360,27 @@ pub fn examine(snaps: &[Snapshot], c: &DoctorConfig) -> Report {
                  RETIREMENT`, and reset it.",
             );
         }
+        let xids: Vec<String> = series()
+            .flat_map(|x| x.device.xid_events.iter())
+            .map(|x| format!("Xid {x} ({})", crate::sources::xid::describe(*x)))
+            .collect();
+        check(
+            "xid_errors",
+            subject.clone(),
+            if xids.is_empty() {
+                Status::Ok
+            } else {
+                Status::Risk
+            },
+            if xids.is_empty() {
+                "none during the check".into()
+            } else {
+                xids.join(", ")
+            },
+            "none".into(),
+            "The driver reports errors on this GPU: check `dmesg` for the Xid history and \
+             drain the GPU if they are not one job's own faults (13, 31, 43).",
+        );
         if let Some(on) = d.persistence_mode {
             check(
                 "persistence_mode",
@@ -504,6 +525,9 @@ mod tests {
                 g.device.clocks_event_reasons = vec!["hw_thermal_slowdown"];
                 g.device.persistence_mode = Some(false);
                 g.device.ecc_uncorrected_volatile = Some(2);
+                if i == 2 {
+                    g.device.xid_events = vec![79];
+                }
                 let mut dead = process(4242, None, 1 << 30);
                 dead.vanished = true;
                 g.processes.push(dead);
@@ -525,6 +549,7 @@ mod tests {
             ("gpu_memory_peak", "GPU 0"),
             ("throttling", "GPU 0"),
             ("ecc_errors", "GPU 0"),
+            ("xid_errors", "GPU 0"),
             ("nvml_latency", "host"),
             ("ghost_process", "GPU 0 PID 4242"),
             ("container_memory", "leaky"),

@@ -97,6 +97,16 @@ rule_config! {
     for = Duration::ZERO, severity = Severity::Critical
 }
 rule_config! {
+    /// Xid errors reported by the driver. The alert stays firing for `hold` after the last one;
+    /// codes in `ignore` (e.g. 13, 31, 43: faults of an application's own kernels) are skipped.
+    XidRule {
+        #[serde(with = "duration")]
+        hold: Duration = Duration::from_secs(600),
+        ignore: Vec<u64> = Vec::new(),
+    }
+    for = Duration::ZERO, severity = Severity::Critical
+}
+rule_config! {
     /// GPU memory held by a process that no longer exists, that sits in no live container, or
     /// that is stuck in uninterruptible sleep.
     GhostRule {}
@@ -137,6 +147,7 @@ rules_config! {
     power_cap_low_util: PowerRule,
     gpu_lost: GpuLostRule,
     gpu_ecc_errors: EccRule,
+    gpu_xid_errors: XidRule,
     ghost_process: GhostRule,
 }
 
@@ -277,6 +288,8 @@ pub struct RuleState {
     cpu_memory: HashMap<WorkloadId, Series>,
     /// The last container each GPU PID belonged to, to name a ghost after its process is gone.
     owners: HashMap<u32, ContainerRef>,
+    /// The last Xid per GPU and when it came (unix ms).
+    last_xid: HashMap<String, (u64, u64)>,
 }
 
 const MIB: f64 = 1_048_576.0;
@@ -479,6 +492,45 @@ pub fn evaluate(config: &RulesConfig, state: &mut RuleState, snap: &Snapshot) ->
             };
             push(
                 "gpu_ecc_errors",
+                r.severity,
+                r.for_,
+                gpu_key(g),
+                subject(),
+                outcome,
+            );
+        }
+        let r = &config.gpu_xid_errors;
+        if r.enabled {
+            let now = snap.taken_at_unix_ms;
+            if let Some(&xid) = d.xid_events.iter().rev().find(|x| !r.ignore.contains(x)) {
+                state.last_xid.insert(gpu_key(g), (xid, now));
+            }
+            let outcome = match state.last_xid.get(&gpu_key(g)) {
+                Some(&(xid, at)) if now.saturating_sub(at) < r.hold.as_millis() as u64 => {
+                    Outcome::Breached(Finding {
+                        value: xid as f64,
+                        threshold: 0.0,
+                        unit: "Xid",
+                        summary: format!(
+                            "GPU {} reported Xid {xid}: {}",
+                            d.index,
+                            crate::sources::xid::describe(xid)
+                        ),
+                        action: if matches!(xid, 13 | 31 | 43 | 45) {
+                            "A job's own GPU code faulted (illegal address, killed kernel): \
+                             read that container's log; if it recurs across jobs, test the GPU."
+                                .into()
+                        } else {
+                            "Look up the Xid in NVIDIA's catalogue, check `dmesg` and \
+                             `nvidia-smi -q`; drain the GPU and reset it if it repeats."
+                                .into()
+                        },
+                    })
+                }
+                _ => Outcome::Clear,
+            };
+            push(
+                "gpu_xid_errors",
                 r.severity,
                 r.for_,
                 gpu_key(g),

@@ -5,6 +5,7 @@
 //! `GetProcessUtilization`) go through the raw symbols with buffers reused across rounds, and
 //! call NVML once when the buffer is large enough (nvml-wrapper sizes with a second call and
 //! allocates each time; `GetProcessUtilization` alone costs 1.4–2 ms per call on an H200).
+use super::xid::{self, XidWatch};
 use crate::events::{EventCounters, InternalEvent};
 use crate::gpu_activity::SampleIntegrator;
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
@@ -61,6 +62,8 @@ pub struct DeviceReading {
     pub ecc_uncorrected_volatile: Option<u64>,
     /// Persistence mode; read every [`SLOW_FIELDS_EVERY`] rounds.
     pub persistence_mode: Option<bool>,
+    /// Xid errors the driver reported since the previous reading (see [`super::xid`]).
+    pub xid_events: Vec<u64>,
     /// The driver's per-process sample period as observed (milliseconds).
     pub process_sample_period_ms: f64,
     #[serde(skip)]
@@ -140,6 +143,16 @@ pub struct GpuSource {
     devices: Vec<DeviceCursor>,
     events: Arc<EventCounters>,
     pub driver_version: Option<String>,
+    /// Xid events of every device that can report them; `None` when NVML cannot.
+    xid: Option<XidWatch>,
+}
+
+impl Drop for GpuSource {
+    fn drop(&mut self) {
+        if let Some(x) = self.xid.take() {
+            x.close(&self.nvml);
+        }
+    }
 }
 
 /// `NVML_VALUE_NOT_AVAILABLE` for 64-bit values.
@@ -188,11 +201,13 @@ impl GpuSource {
                 slow: SlowFields::default(),
             });
         }
+        let xid = open_xid_watch(&nvml, &devices, &events);
         Ok(Self {
             nvml,
             devices,
             events,
             driver_version,
+            xid,
         })
     }
 
@@ -226,7 +241,60 @@ impl GpuSource {
         for cursor in &mut self.devices {
             out.push(read_device(&self.nvml, cursor, &self.events));
         }
+        if let Some(x) = &self.xid {
+            let mut xids = Vec::new();
+            if let Err(e) = x.drain(&self.nvml, &mut xids) {
+                self.events.emit(
+                    InternalEvent::NvmlCallFailed,
+                    format_args!("reading Xid events: {e}"),
+                );
+            }
+            for (index, xid) in xids {
+                tracing::warn!("GPU {index}: Xid {xid}: {}", xid::describe(xid));
+                if let Some(r) = out.iter_mut().find(|r| r.index == index) {
+                    r.xid_events.push(xid);
+                }
+            }
+        }
         out
+    }
+}
+
+/// Registers every reachable device for Xid events; NOT_SUPPORTED (some GPUs, vGPUs) is not a
+/// failure, anything else is counted.
+fn open_xid_watch(
+    nvml: &Nvml,
+    devices: &[DeviceCursor],
+    events: &EventCounters,
+) -> Option<XidWatch> {
+    let handles: Vec<(nvmlDevice_t, u32)> = devices
+        .iter()
+        .filter_map(|c| {
+            let d = nvml.device_by_index(c.index).ok()?;
+            // SAFETY: the handle belongs to `nvml`, which the watch never outlives.
+            Some((unsafe { d.handle() }, c.index))
+        })
+        .collect();
+    match XidWatch::open(nvml, &handles) {
+        Ok((watch, failed)) => {
+            for (index, e) in failed {
+                if !matches!(e, NvmlError::NotSupported) {
+                    events.emit(
+                        InternalEvent::NvmlCallFailed,
+                        format_args!("GPU {index}: registering for Xid events: {e}"),
+                    );
+                }
+            }
+            Some(watch)
+        }
+        Err(NvmlError::NotSupported) => None,
+        Err(e) => {
+            events.emit(
+                InternalEvent::NvmlCallFailed,
+                format_args!("creating the Xid event set: {e}"),
+            );
+            None
+        }
     }
 }
 

@@ -3,3 +3,4 @@
 pub mod docker;
 pub mod gpu;
 pub mod stall_probe;
+pub mod xid;

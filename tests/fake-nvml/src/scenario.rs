@@ -61,6 +61,10 @@ pub struct Device {
     /// Volatile uncorrected ECC errors (since the driver loaded).
     #[serde(default)]
     pub ecc_uncorrected_volatile: u64,
+    /// Xid error codes, delivered once each, in order, through the event set (append to
+    /// deliver more; those listed before the agent registered are not delivered).
+    #[serde(default)]
+    pub xid_events: Vec<u64>,
     /// Persistence mode (`nvidia-smi -pm`); on by default, as on a well-set-up server.
     #[serde(default = "default_true")]
     pub persistence_mode: bool,
