@@ -164,6 +164,7 @@ fn every_rule_fires_and_resolves_once_per_incident() {
     let dir = tempfile::tempdir().unwrap();
     let scenario_path = dir.path().join("scenario.json");
     let config = dir.path().join("gpuwatch.yaml");
+    let command_log = dir.path().join("command.jsonl");
     std::fs::write(
         &config,
         format!(
@@ -185,8 +186,12 @@ notify:
     url: {}
     retries: 3
     backoff: 100ms
+  command:
+    argv: [/bin/sh, -c, 'cat >> {}; echo \" $GPUWATCH_ALERT_STATE\" >> {}']
 ",
-            receiver.url
+            receiver.url,
+            command_log.display(),
+            command_log.display()
         ),
     )
     .unwrap();
@@ -301,6 +306,19 @@ notify:
     // The same transitions on stdout, as JSON lines.
     let printed = lines.lock().unwrap().clone();
     assert_eq!(by_key(&printed), by_key(&bodies));
+
+    // The command got the same notifications: the JSON on stdin, the state in its environment.
+    let commands: Vec<Value> = std::fs::read_to_string(&command_log)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (json, state) = l.rsplit_once(' ').unwrap();
+            let v: Value = serde_json::from_str(json).unwrap();
+            assert_eq!(v["status"], state);
+            v
+        })
+        .collect();
+    assert_eq!(by_key(&commands), by_key(&bodies));
 
     // Alerts name the container (name, image, compose service), the GPU and the value.
     let firing = |rule: &str| -> Vec<&Value> {

@@ -822,3 +822,95 @@ pub(crate) fn ghost_outcome(
     }
     Outcome::Clear
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::test_support::{container, gpu, process, snapshot};
+
+    fn ghost(snap: &Snapshot) -> Vec<Outcome> {
+        let mut state = RuleState::default();
+        evaluate(&RulesConfig::default(), &mut state, snap)
+            .into_iter()
+            .filter(|e| e.rule == "ghost_process")
+            .map(|e| e.outcome)
+            .collect()
+    }
+
+    #[test]
+    fn ghosts_are_dead_stuck_or_containerless() {
+        let live = container("train");
+        let mut g = gpu(0);
+        g.processes.push(process(10, Some(&live.id), 1 << 30));
+        // A Docker cgroup Docker does not know: the container is gone, its process is not.
+        let orphan = crate::cgroup::WorkloadId {
+            kind: WorkloadKind::Docker,
+            id: "f".repeat(64),
+        };
+        g.processes.push(process(11, Some(&orphan), 2 << 30));
+        let mut stuck = process(12, Some(&live.id), 3 << 30);
+        stuck.state = Some('D');
+        g.processes.push(stuck);
+        let mut orphan_w = container("x");
+        orphan_w.id = orphan.clone();
+        orphan_w.container = None;
+        let snap = snapshot(0, vec![g], vec![live, orphan_w]);
+        let out = ghost(&snap);
+        assert_eq!(out[0], Outcome::Clear);
+        let Outcome::Breached(f) = &out[1] else {
+            panic!("{:?}", out[1]);
+        };
+        assert!(
+            f.summary.contains("container Docker no longer runs"),
+            "{}",
+            f.summary
+        );
+        assert_eq!(f.value, 2048.0);
+        let Outcome::Breached(f) = &out[2] else {
+            panic!("{:?}", out[2]);
+        };
+        assert!(f.summary.contains("uninterruptible sleep"), "{}", f.summary);
+        // With Docker down, an unknown container is no evidence of anything.
+        let mut snap = snap;
+        snap.sources.docker = crate::snapshot::SourceState::down("socket missing");
+        assert_eq!(ghost(&snap)[1], Outcome::Clear);
+    }
+
+    #[test]
+    fn a_sawtooth_is_no_leak_and_a_ramp_is() {
+        let config = RulesConfig {
+            gpu_memory_leak: LeakRule {
+                window: Duration::from_secs(60),
+                min_duration: Duration::from_secs(20),
+                ..LeakRule::default()
+            },
+            ..RulesConfig::default()
+        };
+        let run = |memory: &dyn Fn(u64) -> u64| {
+            let mut state = RuleState::default();
+            let mut last = Outcome::Unknown;
+            for t in 0..40u64 {
+                let mut w = container("train");
+                w.gpu.processes = 1;
+                w.gpu.memory_bytes = memory(t);
+                let snap = snapshot(t * 1000, vec![], vec![w]);
+                last = evaluate(&config, &mut state, &snap)
+                    .into_iter()
+                    .find(|e| e.rule == "gpu_memory_leak")
+                    .map(|e| e.outcome)
+                    .expect("evaluated");
+                if t < 20 {
+                    assert_eq!(last, Outcome::Unknown, "too little history at {t} s");
+                }
+            }
+            last
+        };
+        // Allocations that are freed again every other second.
+        assert_eq!(run(&|t| (4 << 30) + (t % 2) * (2 << 30)), Outcome::Clear);
+        // 2 MiB/s = 120 MiB/min, steady.
+        let Outcome::Breached(f) = run(&|t| (4 << 30) + t * (2 << 20)) else {
+            panic!("a steady ramp is a leak");
+        };
+        assert!((f.value - 120.0).abs() < 0.5, "{f:?}");
+    }
+}
