@@ -1,8 +1,9 @@
 //! Wiring: starts the Docker task on a small runtime and opens the sampler. Every command that
-//! samples (snapshot now; serve, record, top later) starts the agent the same way.
+//! samples starts the agent the same way.
 use crate::events::EventCounters;
 use crate::sampler::{Sampler, SamplerConfig};
 use crate::sources::docker::{self, DockerCache, DockerSourceConfig};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -65,6 +66,26 @@ impl Agent {
             shutdown,
             runtime,
         })
+    }
+}
+
+impl Agent {
+    /// Sleeps until `until`, pulling NVML's per-process samples every 500 ms meanwhile (the
+    /// driver keeps only a short history); returns early with `false` when `stop` is set.
+    pub fn wait_polling(&mut self, until: std::time::Instant, stop: &AtomicBool) -> bool {
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return false;
+            }
+            let now = std::time::Instant::now();
+            if now >= until {
+                return true;
+            }
+            std::thread::sleep((until - now).min(Duration::from_millis(500)));
+            if std::time::Instant::now() < until {
+                self.sampler.poll();
+            }
+        }
     }
 }
 

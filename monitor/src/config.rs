@@ -128,42 +128,10 @@ impl Config {
     /// Parses and validates `text`; `path` only names it in errors.
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
         // An empty file (or only comments) is the defaults, like no file.
-        let config = if text.lines().all(|l| {
-            let l = l.trim();
-            l.is_empty() || l.starts_with('#') || l == "---"
-        }) {
-            Config::default()
-        } else {
-            serde_saphyr::from_str::<Config>(text).map_err(|e| {
-                let (line, column) = e
-                    .location()
-                    .map(|l| (l.line(), l.column()))
-                    .unwrap_or((0, 0));
-                ConfigError::Invalid {
-                    path: path.to_owned(),
-                    line,
-                    column,
-                    field: key_path_at(text, line).unwrap_or_else(|| "(document)".to_owned()),
-                    message: plain_message(&e.without_snippet().to_string()),
-                }
-            })?
-        };
+        let config: Config = from_yaml(text, path)?;
         config
             .validate()
-            .map_err(|(field, message)| match line_of_key(text, &field) {
-                Some(line) => ConfigError::Invalid {
-                    path: path.to_owned(),
-                    line,
-                    column: 1 + indent_of(text, line) as u64,
-                    field,
-                    message,
-                },
-                None => ConfigError::InvalidDefault {
-                    path: path.to_owned(),
-                    field,
-                    message,
-                },
-            })?;
+            .map_err(|(field, message)| invalid_field(text, path, field, message))?;
         Ok(config)
     }
 
@@ -183,6 +151,52 @@ impl Config {
             .validate()
             .map_err(|(f, m)| (format!("doctor.{f}"), m))?;
         Ok(())
+    }
+}
+
+/// Deserialises `text` (the contents of `path`); an empty document is `T::default()`. Errors
+/// carry the line, column and dotted field.
+pub fn from_yaml<T: serde::de::DeserializeOwned + Default>(
+    text: &str,
+    path: &Path,
+) -> Result<T, ConfigError> {
+    if text.lines().all(|l| {
+        let l = l.trim();
+        l.is_empty() || l.starts_with('#') || l == "---"
+    }) {
+        return Ok(T::default());
+    }
+    serde_saphyr::from_str::<T>(text).map_err(|e| {
+        let (line, column) = e
+            .location()
+            .map(|l| (l.line(), l.column()))
+            .unwrap_or((0, 0));
+        ConfigError::Invalid {
+            path: path.to_owned(),
+            line,
+            column,
+            field: key_path_at(text, line).unwrap_or_else(|| "(document)".to_owned()),
+            message: plain_message(&e.without_snippet().to_string()),
+        }
+    })
+}
+
+/// A validation error on the dotted `field`, placed at the line that spells it out (or its
+/// nearest written ancestor).
+pub fn invalid_field(text: &str, path: &Path, field: String, message: String) -> ConfigError {
+    match line_of_key(text, &field) {
+        Some(line) => ConfigError::Invalid {
+            path: path.to_owned(),
+            line,
+            column: 1 + indent_of(text, line) as u64,
+            field,
+            message,
+        },
+        None => ConfigError::InvalidDefault {
+            path: path.to_owned(),
+            field,
+            message,
+        },
     }
 }
 

@@ -49,6 +49,9 @@ enum Command {
     /// Evaluate the alert rules every interval and send notifications (log, webhook, command),
     /// until --duration or Ctrl-C/SIGTERM; prints each alert as it fires and resolves.
     Watch(WatchArgs),
+    /// Run the agent as a service: a Prometheus endpoint, a JSON API and the alert rules, until
+    /// Ctrl-C/SIGTERM.
+    Serve(ServeArgs),
     /// Validate a config file without running anything.
     CheckConfig {
         /// The YAML file to check.
@@ -66,6 +69,25 @@ struct DoctorArgs {
     /// How long to sample (default: the config's `doctor.window`, 5 s).
     #[arg(long, value_parser = humantime::parse_duration)]
     window: Option<Duration>,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    sources: SourceArgs,
+    /// Address to listen on (host:port; `0.0.0.0:9879` for every interface).
+    #[arg(long = "web.listen-address", default_value = "127.0.0.1:9879")]
+    listen_address: String,
+    /// Exporter web-config file: TLS (`tls_server_config`) and basic auth
+    /// (`basic_auth_users`, bcrypt), as Prometheus exporters read it.
+    #[arg(long = "web.config.file")]
+    web_config_file: Option<PathBuf>,
+    /// Time between samples (default: the config's `interval`, 1 s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    interval: Option<Duration>,
+    /// Stop after this long (default: until Ctrl-C or SIGTERM).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
 }
 
 #[derive(Args)]
@@ -203,6 +225,7 @@ fn run() -> Result<()> {
         Command::Record(args) => record(&args, &config),
         Command::Doctor(args) => doctor(&args, &config),
         Command::Watch(args) => watch(&args, &config),
+        Command::Serve(args) => serve(&args, &config),
         Command::CheckConfig { .. } => unreachable!("handled above"),
     }
 }
@@ -260,7 +283,7 @@ fn snapshot(args: &SnapshotArgs, config: &Config) -> Result<()> {
     // NVML's per-process samples are pulled every 500 ms meanwhile: the driver keeps only a
     // short history, and a long window read at its end alone would miss most of it.
     let never = std::sync::atomic::AtomicBool::new(false);
-    wait_polling(&mut agent, std::time::Instant::now() + args.window, &never);
+    agent.wait_polling(std::time::Instant::now() + args.window, &never);
     let snap = agent.sampler.round();
     let mut stdout = std::io::stdout().lock();
     if args.json {
@@ -272,29 +295,6 @@ fn snapshot(args: &SnapshotArgs, config: &Config) -> Result<()> {
             .context("writing the table")?;
     }
     Ok(())
-}
-
-/// Sleeps until `until`, pulling NVML's per-process samples every 500 ms meanwhile; returns
-/// early (false) when `stop` is set.
-fn wait_polling(
-    agent: &mut Agent,
-    until: std::time::Instant,
-    stop: &std::sync::atomic::AtomicBool,
-) -> bool {
-    use std::sync::atomic::Ordering;
-    loop {
-        if stop.load(Ordering::Relaxed) {
-            return false;
-        }
-        let now = std::time::Instant::now();
-        if now >= until {
-            return true;
-        }
-        std::thread::sleep((until - now).min(Duration::from_millis(500)));
-        if std::time::Instant::now() < until {
-            agent.sampler.poll();
-        }
-    }
 }
 
 fn record(args: &RecordArgs, config: &Config) -> Result<()> {
@@ -327,7 +327,7 @@ fn record(args: &RecordArgs, config: &Config) -> Result<()> {
     let started = std::time::Instant::now();
     let mut next = started + interval;
     let mut samples = 0u64;
-    while wait_polling(&mut agent, next, &stop) {
+    while agent.wait_polling(next, &stop) {
         let snap = agent.sampler.round();
         match args.format {
             RecordFormat::Csv => out.write_all(gpuwatch::output::csv::rows(&snap).as_bytes()),
@@ -381,7 +381,7 @@ fn doctor(args: &DoctorArgs, config: &Config) -> Result<()> {
     let started = std::time::Instant::now();
     let mut snaps = vec![agent.sampler.round()];
     let mut next = started + Duration::from_secs(1);
-    while next <= started + window && wait_polling(&mut agent, next, &stop) {
+    while next <= started + window && agent.wait_polling(next, &stop) {
         snaps.push(agent.sampler.round());
         next += Duration::from_secs(1);
     }
@@ -403,33 +403,26 @@ fn doctor(args: &DoctorArgs, config: &Config) -> Result<()> {
 }
 
 fn watch(args: &WatchArgs, config: &Config) -> Result<()> {
-    use gpuwatch::events::InternalEvent;
-    use gpuwatch::health::alerts::AlertEngine;
-    use gpuwatch::notify::{Notification, Notifier};
+    use gpuwatch::notify::Notification;
     let interval = args.interval.unwrap_or(config.interval);
     anyhow::ensure!(!interval.is_zero(), "--interval must be more than 0");
     let stop = stop_on_signals()?;
     let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
         .context("starting the agent")?;
-    let first = agent.sampler.round();
-    let host = first.host.hostname.clone();
-    let notifier = Notifier::start(&config.notify, &host, agent.events.clone());
-    let mut engine = AlertEngine::new(&config.alerts);
-    let started = std::time::Instant::now();
-    let mut next = started + interval;
     let mut stdout = std::io::stdout().lock();
-    let result = (|| -> Result<()> {
-        // The first round counts too: a lost GPU or ECC errors fire at once.
-        let mut snap = first;
-        loop {
-            let round = engine.evaluate(&snap);
+    gpuwatch::daemon::run_rounds(
+        &mut agent,
+        config,
+        interval,
+        args.duration,
+        &stop,
+        |snap, round, _| -> Result<()> {
             for a in &round.notify {
-                notifier.send(a);
                 if args.json {
                     let n = Notification {
                         version: 1,
                         status: a.state,
-                        host: &host,
+                        host: &snap.host.hostname,
                         alert: a,
                     };
                     serde_json::to_writer(&mut stdout, &n).context("writing to stdout")?;
@@ -439,24 +432,81 @@ fn watch(args: &WatchArgs, config: &Config) -> Result<()> {
                         .context("writing to stdout")?;
                 }
             }
-            for a in &round.rate_limited {
-                agent.events.emit(
-                    InternalEvent::NotificationRateLimited,
-                    format_args!("{} {:?} held back by the rate limit", a.key, a.state),
-                );
+            stdout.flush().context("writing to stdout")
+        },
+    )
+}
+
+fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
+    use gpuwatch::output::prometheus::Exported;
+    use gpuwatch::serve::web_config::{BasicAuth, WebConfig};
+    use gpuwatch::serve::{Published, Site};
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, RwLock};
+    let interval = args.interval.unwrap_or(config.interval);
+    anyhow::ensure!(!interval.is_zero(), "--interval must be more than 0");
+    let web = match &args.web_config_file {
+        Some(p) => WebConfig::load(p)?.0,
+        None => WebConfig::default(),
+    };
+    let tls = web.tls()?;
+    let mut headers = Vec::new();
+    for (k, v) in web.http_server_config.iter().flat_map(|h| &h.headers) {
+        let name = hyper::header::HeaderName::from_bytes(k.as_bytes())
+            .with_context(|| format!("web config: header name {k:?}"))?;
+        let value = hyper::header::HeaderValue::from_str(v)
+            .with_context(|| format!("web config: value of header {k}"))?;
+        headers.push((name, value));
+    }
+    let published: Published = Arc::new(RwLock::new(None));
+    let site = Arc::new(Site {
+        published: published.clone(),
+        auth: BasicAuth::new(web.basic_auth_users.clone()),
+        headers,
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("gpuwatch-http")
+        .enable_all()
+        .build()
+        .context("starting the HTTP runtime")?;
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind(&args.listen_address))
+        .with_context(|| format!("listening on {}", args.listen_address))?;
+    let bound = listener
+        .local_addr()
+        .context("reading the listening address")?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    eprintln!("gpuwatch serve: listening on {scheme}://{bound}");
+    let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
+    runtime.spawn(gpuwatch::serve::run(listener, tls, site, shutdown_rx));
+
+    let stop = stop_on_signals()?;
+    let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
+        .context("starting the agent")?;
+    let mut xid_totals: BTreeMap<u32, u64> = BTreeMap::new();
+    let result = gpuwatch::daemon::run_rounds(
+        &mut agent,
+        config,
+        interval,
+        args.duration,
+        &stop,
+        |snap, _, engine| -> Result<()> {
+            for g in &snap.gpus {
+                *xid_totals.entry(g.device.index).or_default() += g.device.xid_events.len() as u64;
             }
-            stdout.flush().context("writing to stdout")?;
-            if args.duration.is_some_and(|d| started.elapsed() >= d)
-                || !wait_polling(&mut agent, next, &stop)
-            {
-                break;
+            let exported = Arc::new(Exported {
+                snapshot: snap.clone(),
+                alerts: engine.active(),
+                xid_totals: xid_totals.clone(),
+            });
+            if let Ok(mut p) = published.write() {
+                *p = Some(exported);
             }
-            next += interval;
-            snap = agent.sampler.round();
-        }
-        Ok(())
-    })();
-    // Queued notifications get a few seconds to go out, whatever ended the loop.
-    notifier.shutdown(Duration::from_secs(5));
+            Ok(())
+        },
+    );
+    let _ = shutdown.send(true);
+    runtime.shutdown_timeout(Duration::from_secs(2));
     result
 }

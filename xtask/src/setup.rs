@@ -137,15 +137,24 @@ fn bpf_linker() -> Result<()> {
 }
 
 fn debian_packages() -> Result<()> {
-    // dockerd for the end-to-end tests; busybox-static for the offline test image.
-    let wanted = [("dockerd", "docker.io"), ("busybox", "busybox-static")];
-    let missing: Vec<&str> = wanted
+    // dockerd for the end-to-end tests; busybox-static for the offline test image; Prometheus
+    // (and its promtool) to scrape `gpuwatch serve` and check deploy/'s rules; tmux to drive
+    // `gpuwatch top`.
+    let wanted = [
+        ("dockerd", "docker.io"),
+        ("busybox", "busybox-static"),
+        ("prometheus", "prometheus"),
+        ("promtool", "prometheus"),
+        ("tmux", "tmux"),
+    ];
+    let mut missing: Vec<&str> = wanted
         .iter()
         .filter(|(bin, _)| output("sh", &["-c", &format!("command -v {bin}")]).is_none())
         .map(|(_, pkg)| *pkg)
         .collect();
+    missing.dedup();
     if missing.is_empty() {
-        say("docker.io, busybox-static: present");
+        say("docker.io, busybox-static, prometheus, tmux: present");
         return Ok(());
     }
     if !is_root() {

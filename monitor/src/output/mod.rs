@@ -1,3 +1,4 @@
 //! Renderings of a snapshot.
 pub mod csv;
+pub mod prometheus;
 pub mod table;

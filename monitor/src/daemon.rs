@@ -1,0 +1,52 @@
+//! The continuous loop of `watch` and `serve`: a round every interval, the alert rules on each
+//! snapshot (the first included: a lost GPU fires at once), every transition to the notifier,
+//! and the round handed to the caller (to print, or to publish). It ends on `stop`, at
+//! `duration`, or on the caller's error; the notifier then gets a few seconds to drain.
+use crate::agent::Agent;
+use crate::config::Config;
+use crate::events::InternalEvent;
+use crate::health::alerts::{AlertEngine, RoundOutcome};
+use crate::notify::Notifier;
+use crate::snapshot::Snapshot;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+/// How long queued notifications may take to go out at the end.
+const NOTIFY_DRAIN: Duration = Duration::from_secs(5);
+
+pub fn run_rounds<E>(
+    agent: &mut Agent,
+    config: &Config,
+    interval: Duration,
+    duration: Option<Duration>,
+    stop: &AtomicBool,
+    mut each: impl FnMut(&Snapshot, &RoundOutcome, &AlertEngine) -> Result<(), E>,
+) -> Result<(), E> {
+    let started = Instant::now();
+    let mut snap = agent.sampler.round();
+    let notifier = Notifier::start(&config.notify, &snap.host.hostname, agent.events.clone());
+    let mut engine = AlertEngine::new(&config.alerts);
+    let mut next = started + interval;
+    let result = loop {
+        let round = engine.evaluate(&snap);
+        for a in &round.notify {
+            notifier.send(a);
+        }
+        for a in &round.rate_limited {
+            agent.events.emit(
+                InternalEvent::NotificationRateLimited,
+                format_args!("{} {:?} held back by the rate limit", a.key, a.state),
+            );
+        }
+        if let Err(e) = each(&snap, &round, &engine) {
+            break Err(e);
+        }
+        if duration.is_some_and(|d| started.elapsed() >= d) || !agent.wait_polling(next, stop) {
+            break Ok(());
+        }
+        next += interval;
+        snap = agent.sampler.round();
+    };
+    notifier.shutdown(NOTIFY_DRAIN);
+    result
+}

@@ -1,0 +1,573 @@
+//! The Prometheus exposition of a snapshot (OpenMetrics text, through prometheus-client).
+//!
+//! Every scrape renders the latest snapshot, so the series of a container that exited are gone
+//! from the next scrape on: nothing to expire by hand, no unbounded growth. Names follow the
+//! Prometheus conventions: a `gpuwatch_` prefix, base units (bytes, seconds, celsius, watts,
+//! hertz, ratios 0–1), `_total` for counters, `_info` for metadata. Labels name containers
+//! (`container_id`, `container_name`, `image`, `compose_service`, `kind`) and GPUs (`gpu`,
+//! `uuid`); never PIDs, whose values are unbounded. `docs/metrics.md` lists every metric.
+use crate::health::alerts::{Alert, AlertState};
+use crate::snapshot::{Snapshot, Workload};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// What `serve` publishes after each round: everything a scrape or an API call reads.
+#[derive(Debug)]
+pub struct Exported {
+    pub snapshot: Snapshot,
+    /// Pending and firing alerts.
+    pub alerts: Vec<Alert>,
+    /// Xid errors per GPU index since the agent started.
+    pub xid_totals: BTreeMap<u32, u64>,
+}
+
+/// Renders `e` in the OpenMetrics text format.
+pub fn render(e: &Arc<Exported>) -> Result<String, std::fmt::Error> {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(SnapshotCollector(e.clone())));
+    let mut out = String::with_capacity(64 * 1024);
+    prometheus_client::encoding::text::encode(&mut out, &registry)?;
+    Ok(out)
+}
+
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Debug)]
+struct SnapshotCollector(Arc<Exported>);
+
+type Labels = Vec<(&'static str, String)>;
+
+/// A per-GPU gauge: name, help, unit, and how to read it from a device.
+type DeviceGauge = (
+    &'static str,
+    &'static str,
+    Option<Unit>,
+    fn(&crate::sources::gpu::DeviceReading) -> Option<f64>,
+);
+
+/// One family: a descriptor, then one sample per label set.
+fn family<I>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    kind: MetricType,
+    samples: I,
+) -> Result<(), std::fmt::Error>
+where
+    I: IntoIterator<Item = (Labels, f64)>,
+{
+    let mut m = enc.encode_descriptor(name, help, unit.as_ref(), kind)?;
+    for (labels, v) in samples {
+        let sample = m.encode_family(&labels)?;
+        match kind {
+            MetricType::Counter => ConstCounter::new(v).encode(sample)?,
+            _ => ConstGauge::new(v).encode(sample)?,
+        }
+    }
+    Ok(())
+}
+
+fn workload_labels(w: &Workload) -> Labels {
+    let c = w.container.as_ref();
+    vec![
+        (
+            "container_id",
+            c.map_or_else(|| w.id.to_string(), |c| c.id.chars().take(12).collect()),
+        ),
+        ("container_name", w.name.clone()),
+        ("image", c.map(|c| c.image.clone()).unwrap_or_default()),
+        (
+            "compose_service",
+            c.and_then(|c| c.compose_service.clone())
+                .unwrap_or_default(),
+        ),
+        ("kind", w.kind.as_str().to_owned()),
+    ]
+}
+
+fn with(mut labels: Labels, extra: &[(&'static str, String)]) -> Labels {
+    labels.extend(extra.iter().cloned());
+    labels
+}
+
+impl Collector for SnapshotCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use MetricType::{Counter, Gauge};
+        let e = &self.0;
+        let s = &e.snapshot;
+        let bool_f = |b: bool| if b { 1.0 } else { 0.0 };
+
+        // The agent itself.
+        family(
+            &mut enc,
+            "gpuwatch_up",
+            "Whether a source delivers (1) or is down or disabled (0).",
+            None,
+            Gauge,
+            [
+                ("nvml", &s.sources.nvml),
+                ("docker", &s.sources.docker),
+                ("ebpf", &s.sources.ebpf),
+            ]
+            .map(|(name, st)| (vec![("source", name.to_owned())], bool_f(st.up))),
+        )?;
+        family(
+            &mut enc,
+            "gpuwatch_collection_duration",
+            "Wall time of the last sampling round.",
+            Some(Unit::Seconds),
+            Gauge,
+            [(Labels::new(), s.collection_seconds)],
+        )?;
+        family(
+            &mut enc,
+            "gpuwatch_last_collection_timestamp",
+            "When the last sampling round ended, as a Unix time.",
+            Some(Unit::Seconds),
+            Gauge,
+            [(Labels::new(), s.taken_at_unix_ms as f64 / 1000.0)],
+        )?;
+        family(
+            &mut enc,
+            "gpuwatch_nvml_query_duration",
+            "Wall time of the last round's NVML queries.",
+            Some(Unit::Seconds),
+            Gauge,
+            s.nvml_query_seconds.map(|v| (Labels::new(), v)),
+        )?;
+        family(
+            &mut enc,
+            "gpuwatch_internal_events",
+            "The agent's own failures, by name (see the README's internal events).",
+            None,
+            Counter,
+            s.internal_events
+                .iter()
+                .map(|(name, n)| (vec![("event", (*name).to_owned())], *n as f64)),
+        )?;
+
+        // GPUs.
+        let gpu = |d: &crate::sources::gpu::DeviceReading| -> Labels {
+            vec![
+                ("gpu", d.index.to_string()),
+                ("uuid", d.uuid.clone().unwrap_or_default()),
+            ]
+        };
+        let devices: Vec<_> = s.gpus.iter().map(|g| &g.device).collect();
+        family(
+            &mut enc,
+            "gpuwatch_gpu_info",
+            "A GPU: its model and driver.",
+            None,
+            Gauge,
+            devices.iter().map(|d| {
+                (
+                    with(
+                        gpu(d),
+                        &[
+                            ("name", d.name.clone().unwrap_or_default()),
+                            (
+                                "driver_version",
+                                s.host.nvml_driver_version.clone().unwrap_or_default(),
+                            ),
+                        ],
+                    ),
+                    1.0,
+                )
+            }),
+        )?;
+        family(
+            &mut enc,
+            "gpuwatch_gpu_lost",
+            "1 when NVML reports the GPU lost (fallen off the bus).",
+            None,
+            Gauge,
+            devices.iter().map(|d| (gpu(d), bool_f(d.lost))),
+        )?;
+        let gauges: [DeviceGauge; 9] = [
+            (
+                "gpuwatch_gpu_utilization",
+                "Share of the last sample period the GPU ran a kernel (NVML utilization.gpu).",
+                Some(Unit::Other("ratio".into())),
+                |d| d.utilization_gpu_percent.map(|v| f64::from(v) / 100.0),
+            ),
+            (
+                "gpuwatch_gpu_memory_utilization",
+                "Share of the period device memory was read or written.",
+                Some(Unit::Other("ratio".into())),
+                |d| d.utilization_memory_percent.map(|v| f64::from(v) / 100.0),
+            ),
+            (
+                "gpuwatch_gpu_memory_used",
+                "Device memory in use.",
+                Some(Unit::Bytes),
+                |d| d.memory_used_bytes.map(|v| v as f64),
+            ),
+            (
+                "gpuwatch_gpu_memory_total",
+                "Device memory in all.",
+                Some(Unit::Bytes),
+                |d| d.memory_total_bytes.map(|v| v as f64),
+            ),
+            (
+                "gpuwatch_gpu_temperature",
+                "GPU die temperature.",
+                Some(Unit::Celsius),
+                |d| d.temperature_celsius.map(f64::from),
+            ),
+            (
+                "gpuwatch_gpu_power",
+                "Power draw.",
+                Some(Unit::Other("watts".into())),
+                |d| d.power_watts,
+            ),
+            (
+                "gpuwatch_gpu_power_limit",
+                "Enforced power limit.",
+                Some(Unit::Other("watts".into())),
+                |d| d.power_limit_watts,
+            ),
+            (
+                "gpuwatch_gpu_sm_clock",
+                "SM clock.",
+                Some(Unit::Other("hertz".into())),
+                |d| d.sm_clock_mhz.map(|v| f64::from(v) * 1e6),
+            ),
+            (
+                "gpuwatch_gpu_ecc_uncorrected_volatile_errors",
+                "Uncorrected ECC errors since the driver loaded (read every 30 rounds).",
+                None,
+                |d| d.ecc_uncorrected_volatile.map(|v| v as f64),
+            ),
+        ];
+        for (name, help, unit, get) in gauges {
+            family(
+                &mut enc,
+                name,
+                help,
+                unit,
+                Gauge,
+                devices.iter().filter_map(|d| Some((gpu(d), get(d)?))),
+            )?;
+        }
+        family(
+            &mut enc,
+            "gpuwatch_gpu_persistence_mode",
+            "1 when persistence mode is on.",
+            None,
+            Gauge,
+            devices
+                .iter()
+                .filter_map(|d| Some((gpu(d), bool_f(d.persistence_mode?)))),
+        )?;
+        family(
+            &mut enc,
+            "gpuwatch_gpu_clocks_event_reason",
+            "1 per active clocks-event (throttle) reason.",
+            None,
+            Gauge,
+            devices.iter().flat_map(|d| {
+                d.clocks_event_reasons
+                    .iter()
+                    .map(|r| (with(gpu(d), &[("reason", (*r).to_owned())]), 1.0))
+            }),
+        )?;
+        family(
+            &mut enc,
+            "gpuwatch_gpu_xid_errors",
+            "Xid errors the driver reported since the agent started.",
+            None,
+            Counter,
+            devices.iter().map(|d| {
+                (
+                    gpu(d),
+                    e.xid_totals.get(&d.index).copied().unwrap_or(0) as f64,
+                )
+            }),
+        )?;
+        family(
+            &mut enc,
+            "gpuwatch_gpu_processes",
+            "Processes holding a context on the GPU.",
+            None,
+            Gauge,
+            s.gpus
+                .iter()
+                .map(|g| (gpu(&g.device), g.processes.len() as f64)),
+        )?;
+        family(
+            &mut enc,
+            "gpuwatch_gpu_unattributed_memory",
+            "GPU memory of processes in no known workload (vanished or unreadable PIDs).",
+            Some(Unit::Bytes),
+            Gauge,
+            s.gpus.iter().map(|g| {
+                let bytes: u64 = g
+                    .processes
+                    .iter()
+                    .filter(|p| p.workload.is_none())
+                    .filter_map(|p| p.reading.used_memory_bytes)
+                    .sum();
+                (gpu(&g.device), bytes as f64)
+            }),
+        )?;
+
+        // Workloads (containers, and any other cgroup holding a GPU).
+        let ws: Vec<(&Workload, Labels)> = s
+            .workloads
+            .iter()
+            .map(|w| (w, workload_labels(w)))
+            .collect();
+        family(
+            &mut enc,
+            "gpuwatch_container_info",
+            "A container (or other workload) the agent sees.",
+            None,
+            Gauge,
+            ws.iter().map(|(w, l)| {
+                let c = w.container.as_ref();
+                (
+                    with(
+                        l.clone(),
+                        &[(
+                            "compose_project",
+                            c.and_then(|c| c.compose_project.clone())
+                                .unwrap_or_default(),
+                        )],
+                    ),
+                    1.0,
+                )
+            }),
+        )?;
+        let per_gpu = |f: fn(&crate::snapshot::WorkloadGpuShare) -> Option<f64>| {
+            ws.iter()
+                .flat_map(move |(w, l)| {
+                    w.gpu.per_gpu.iter().filter_map(move |g| {
+                        Some((
+                            with(
+                                l.clone(),
+                                &[
+                                    ("gpu", g.index.to_string()),
+                                    ("uuid", g.uuid.clone().unwrap_or_default()),
+                                ],
+                            ),
+                            f(g)?,
+                        ))
+                    })
+                })
+                .collect::<Vec<_>>()
+        };
+        family(
+            &mut enc,
+            "gpuwatch_container_gpu_memory",
+            "GPU memory of the container's processes, per GPU.",
+            Some(Unit::Bytes),
+            Gauge,
+            per_gpu(|g| Some(g.memory_bytes as f64)),
+        )?;
+        family(
+            &mut enc,
+            "gpuwatch_container_gpu_busy",
+            "Share of the last window the container's processes kept the GPU busy (SM samples).",
+            Some(Unit::Other("ratio".into())),
+            Gauge,
+            per_gpu(|g| g.busy_fraction),
+        )?;
+        family(
+            &mut enc,
+            "gpuwatch_container_gpu_sm_utilization",
+            "Mean SM utilisation of the container's processes' samples in the last window.",
+            Some(Unit::Other("ratio".into())),
+            Gauge,
+            per_gpu(|g| g.sm_util_percent.map(|v| v / 100.0)),
+        )?;
+        family(
+            &mut enc,
+            "gpuwatch_container_gpu_processes",
+            "The container's processes holding a GPU context.",
+            None,
+            Gauge,
+            ws.iter()
+                .filter(|(w, _)| w.gpu.processes > 0)
+                .map(|(w, l)| (l.clone(), w.gpu.processes as f64)),
+        )?;
+        family(
+            &mut enc,
+            "gpuwatch_container_cpu_usage",
+            "CPU time of the container's cgroup.",
+            Some(Unit::Seconds),
+            Counter,
+            ws.iter()
+                .filter_map(|(w, l)| Some((l.clone(), w.cpu?.usage_seconds_total))),
+        )?;
+        family(
+            &mut enc,
+            "gpuwatch_container_cpu_throttled",
+            "Share of the last window the CPU quota held the container back.",
+            Some(Unit::Other("ratio".into())),
+            Gauge,
+            ws.iter()
+                .filter_map(|(w, l)| Some((l.clone(), w.cpu?.throttled_fraction?))),
+        )?;
+        family(
+            &mut enc,
+            "gpuwatch_container_memory_usage",
+            "Memory charged to the container's cgroup.",
+            Some(Unit::Bytes),
+            Gauge,
+            ws.iter()
+                .filter_map(|(w, l)| Some((l.clone(), w.memory?.usage_bytes as f64))),
+        )?;
+        family(
+            &mut enc,
+            "gpuwatch_container_memory_limit",
+            "The container's memory limit.",
+            Some(Unit::Bytes),
+            Gauge,
+            ws.iter()
+                .filter_map(|(w, l)| Some((l.clone(), w.memory?.limit_bytes? as f64))),
+        )?;
+        family(
+            &mut enc,
+            "gpuwatch_container_gpu_idle",
+            "Share of the last window the container's GPUs idled (from its verdict).",
+            Some(Unit::Other("ratio".into())),
+            Gauge,
+            ws.iter()
+                .filter_map(|(w, l)| Some((l.clone(), w.verdict.as_ref()?.gpu_idle_fraction))),
+        )?;
+        family(
+            &mut enc,
+            "gpuwatch_container_input_bound",
+            "Share of the last window the GPU idled because of the data loader.",
+            Some(Unit::Other("ratio".into())),
+            Gauge,
+            ws.iter()
+                .filter_map(|(w, l)| Some((l.clone(), w.verdict.as_ref()?.input_bound_share?))),
+        )?;
+        family(
+            &mut enc,
+            "gpuwatch_container_verdict",
+            "1 for the container's current verdict (input-bound: I/O, input-bound: CPU, \
+             GPU-bound, idle, unknown).",
+            None,
+            Gauge,
+            ws.iter().filter_map(|(w, l)| {
+                let v = w.verdict.as_ref()?;
+                Some((
+                    with(l.clone(), &[("verdict", v.kind.label().to_owned())]),
+                    1.0,
+                ))
+            }),
+        )?;
+        family(
+            &mut enc,
+            "gpuwatch_container_oom_headroom_batch_scale",
+            "How many times the batch can grow before the container's tightest GPU is full.",
+            None,
+            Gauge,
+            ws.iter()
+                .filter_map(|(w, l)| Some((l.clone(), w.oom_headroom.as_ref()?.batch_scale?))),
+        )?;
+        family(
+            &mut enc,
+            "gpuwatch_container_loader_reads",
+            "Read-family syscalls of the container's processes in the last window.",
+            None,
+            Gauge,
+            ws.iter()
+                .filter_map(|(w, l)| Some((l.clone(), w.stalls.as_ref()?.reads.count as f64))),
+        )?;
+
+        // Alerts, as Prometheus's own ALERTS series: one per pending or firing alert.
+        family(
+            &mut enc,
+            "gpuwatch_alert",
+            "1 per pending or firing alert of the agent's rules.",
+            None,
+            Gauge,
+            e.alerts.iter().map(|a| {
+                let mut l: Labels = vec![
+                    ("rule", a.rule.to_owned()),
+                    ("severity", format!("{:?}", a.severity).to_lowercase()),
+                    (
+                        "state",
+                        match a.state {
+                            AlertState::Pending => "pending",
+                            AlertState::Firing => "firing",
+                            AlertState::Resolved => "resolved",
+                        }
+                        .to_owned(),
+                    ),
+                ];
+                if let Some(g) = &a.subject.gpu {
+                    l.push(("gpu", g.index.to_string()));
+                }
+                if let Some(c) = &a.subject.container {
+                    l.push(("container_name", c.name.clone()));
+                }
+                (l, 1.0)
+            }),
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::test_support::{container, gpu, snapshot};
+    use crate::snapshot::WorkloadGpuShare;
+
+    #[test]
+    fn renders_conventional_names_units_and_labels() {
+        let mut w = container("yolo");
+        w.gpu.processes = 1;
+        w.gpu.per_gpu.push(WorkloadGpuShare {
+            index: 0,
+            uuid: Some("GPU-00000000".into()),
+            memory_bytes: 3 << 30,
+            sm_util_percent: Some(80.0),
+            sm_busy_seconds: 0.8,
+            busy_fraction: Some(0.8),
+            device_utilization_percent: Some(80),
+            pids: vec![42],
+        });
+        let e = Arc::new(Exported {
+            snapshot: snapshot(1_700_000_000_000, vec![gpu(0)], vec![w]),
+            alerts: Vec::new(),
+            xid_totals: BTreeMap::from([(0, 2)]),
+        });
+        let text = render(&e).expect("render");
+        let line = |prefix: &str| {
+            text.lines()
+                .find(|l| l.starts_with(prefix))
+                .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+                .to_owned()
+        };
+        assert!(text.contains("# UNIT gpuwatch_gpu_memory_used_bytes bytes"));
+        assert!(line("gpuwatch_gpu_memory_used_bytes{").ends_with(" 10737418240.0"));
+        assert!(line("gpuwatch_gpu_utilization_ratio{").ends_with(" 0.5"));
+        assert!(line("gpuwatch_gpu_xid_errors_total{").ends_with(" 2.0"));
+        let mem = line("gpuwatch_container_gpu_memory_bytes{");
+        for label in [
+            "container_name=\"yolo\"",
+            "image=\"trainer:latest\"",
+            "compose_service=\"train\"",
+            "gpu=\"0\"",
+            "uuid=\"GPU-00000000\"",
+        ] {
+            assert!(mem.contains(label), "{label} in {mem}");
+        }
+        assert!(!text.contains("pid="), "no PID labels");
+        assert!(line("gpuwatch_up{source=\"nvml\"}").ends_with(" 1.0"));
+        assert!(text.trim_end().ends_with("# EOF"));
+    }
+}

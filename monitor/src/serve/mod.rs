@@ -1,0 +1,205 @@
+//! `gpuwatch serve`'s HTTP side: the Prometheus endpoint, a JSON API and a landing page, all
+//! read from the last published round ([`Exported`]). Nothing here samples: a scrape costs a
+//! render, never an NVML call.
+//!
+//! | path | what |
+//! |---|---|
+//! | `/` | landing page |
+//! | `/metrics` | OpenMetrics text ([`crate::output::prometheus`]) |
+//! | `/api/v1/containers` | the workloads of the last snapshot (JSON) |
+//! | `/api/v1/gpus` | the GPUs of the last snapshot (JSON) |
+//! | `/api/v1/alerts` | pending and firing alerts (JSON) |
+//! | `/api/v1/snapshot` | the whole last snapshot (JSON, `docs/snapshot-schema.md`) |
+//! | `/-/healthy` | `200 OK` while the agent runs |
+pub mod web_config;
+
+use crate::output::prometheus::{self, Exported};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
+use std::sync::{Arc, RwLock};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use web_config::BasicAuth;
+
+/// The last published round, shared between the sampling loop and the HTTP tasks.
+pub type Published = Arc<RwLock<Option<Arc<Exported>>>>;
+
+/// What every request handler needs.
+pub struct Site {
+    pub published: Published,
+    pub auth: Option<BasicAuth>,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+/// Accepts connections on `listener` until `shutdown` turns true; each connection is served on
+/// its own task (TLS first when `tls` is set).
+pub async fn run(
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    site: Arc<Site>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+    loop {
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!("accepting a connection: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.changed() => return,
+        };
+        let site = site.clone();
+        let acceptor = acceptor.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let site = site.clone();
+                async move { Ok::<_, Infallible>(handle(&site, &req)) }
+            });
+            let http = hyper::server::conn::http1::Builder::new();
+            let result = match acceptor {
+                Some(a) => match a.accept(stream).await {
+                    Ok(s) => http.serve_connection(TokioIo::new(s), service).await,
+                    Err(e) => {
+                        tracing::debug!("TLS handshake with {peer}: {e}");
+                        return;
+                    }
+                },
+                None => http.serve_connection(TokioIo::new(stream), service).await,
+            };
+            if let Err(e) = result {
+                tracing::debug!("connection from {peer}: {e}");
+            }
+        });
+    }
+}
+
+fn respond(
+    status: StatusCode,
+    content_type: &str,
+    body: impl Into<Bytes>,
+) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    if let Ok(v) = HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(CONTENT_TYPE, v);
+    }
+    r
+}
+
+fn json<T: serde::Serialize>(v: &T) -> Response<Full<Bytes>> {
+    match serde_json::to_vec_pretty(v) {
+        Ok(b) => respond(StatusCode::OK, "application/json", b),
+        Err(e) => respond(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "text/plain",
+            format!("encoding JSON: {e}\n"),
+        ),
+    }
+}
+
+fn handle(site: &Site, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    let mut r = route(site, req);
+    for (k, v) in &site.headers {
+        r.headers_mut().insert(k.clone(), v.clone());
+    }
+    r
+}
+
+fn route(site: &Site, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    if let Some(auth) = &site.auth {
+        let header = req
+            .headers()
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        if !auth.allows(header) {
+            let mut r = respond(StatusCode::UNAUTHORIZED, "text/plain", "Unauthorized\n");
+            r.headers_mut().insert(
+                WWW_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"gpuwatch\""),
+            );
+            return r;
+        }
+    }
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return respond(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "Method not allowed\n",
+        );
+    }
+    let current = site.published.read().ok().and_then(|p| p.clone());
+    let path = req.uri().path();
+    let Some(e) = current else {
+        return respond(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            "no sample yet\n",
+        );
+    };
+    match path {
+        "/" => respond(StatusCode::OK, "text/html; charset=utf-8", landing(&e)),
+        "/metrics" => match prometheus::render(&e) {
+            Ok(text) => respond(StatusCode::OK, prometheus::CONTENT_TYPE, text),
+            Err(err) => respond(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "text/plain",
+                format!("rendering metrics: {err}\n"),
+            ),
+        },
+        "/api/v1/containers" => json(&serde_json::json!({
+            "taken_at": e.snapshot.taken_at,
+            "containers": e.snapshot.workloads,
+        })),
+        "/api/v1/gpus" => json(&serde_json::json!({
+            "taken_at": e.snapshot.taken_at,
+            "gpus": e.snapshot.gpus,
+        })),
+        "/api/v1/alerts" => json(&serde_json::json!({
+            "taken_at": e.snapshot.taken_at,
+            "alerts": e.alerts,
+        })),
+        "/api/v1/snapshot" => json(&e.snapshot),
+        "/-/healthy" => respond(StatusCode::OK, "text/plain", "OK\n"),
+        _ => respond(StatusCode::NOT_FOUND, "text/plain", "Not found\n"),
+    }
+}
+
+fn landing(e: &Exported) -> String {
+    let s = &e.snapshot;
+    let esc = |t: &str| {
+        t.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    let firing = e
+        .alerts
+        .iter()
+        .filter(|a| a.state == crate::health::alerts::AlertState::Firing)
+        .count();
+    format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>gpuwatch</title></head>\n\
+         <body><h1>gpuwatch {version}</h1>\n\
+         <p>Host <b>{host}</b>: {gpus} GPU(s), {workloads} workload(s), {firing} firing \
+         alert(s); last sample {taken}.</p>\n<ul>\n\
+         <li><a href=\"metrics\">/metrics</a> (Prometheus)</li>\n\
+         <li><a href=\"api/v1/containers\">/api/v1/containers</a></li>\n\
+         <li><a href=\"api/v1/gpus\">/api/v1/gpus</a></li>\n\
+         <li><a href=\"api/v1/alerts\">/api/v1/alerts</a></li>\n\
+         <li><a href=\"api/v1/snapshot\">/api/v1/snapshot</a></li>\n\
+         </ul></body></html>\n",
+        version = env!("CARGO_PKG_VERSION"),
+        host = esc(&s.host.hostname),
+        gpus = s.gpus.len(),
+        workloads = s.workloads.len(),
+        taken = esc(&s.taken_at),
+    )
+}
