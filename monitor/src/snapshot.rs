@@ -243,8 +243,9 @@ pub struct IoSummary {
     pub slow_count: u64,
 }
 
-/// Builders for unit tests of the stages that read snapshots.
-#[cfg(test)]
+/// Builders of synthetic snapshots, for the unit tests and benchmarks of the stages that read
+/// snapshots. Not part of the agent's interface.
+#[doc(hidden)]
 pub mod test_support {
     use super::*;
     use crate::sources::gpu::ProcessKind;

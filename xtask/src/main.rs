@@ -31,7 +31,8 @@ enum Task {
         #[arg(last = true)]
         args: Vec<String>,
     },
-    /// Run the criterion benchmarks (one sampling round at 8 GPUs × 200 processes).
+    /// Run the criterion benchmarks (a sampling round at 8 GPUs × 200 processes; the /metrics
+    /// render at 1,000 containers × 8 GPUs).
     Bench {
         #[arg(last = true)]
         args: Vec<String>,

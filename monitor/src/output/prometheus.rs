@@ -570,4 +570,51 @@ mod tests {
         assert!(line("gpuwatch_up{source=\"nvml\"}").ends_with(" 1.0"));
         assert!(text.trim_end().ends_with("# EOF"));
     }
+
+    /// Every `gpuwatch_*` name the shipped Prometheus rules and Grafana dashboard use is one this
+    /// exporter writes.
+    #[test]
+    fn deploy_uses_only_exported_metrics() {
+        let e = Arc::new(Exported {
+            snapshot: snapshot(0, vec![], vec![]),
+            alerts: Vec::new(),
+            xid_totals: BTreeMap::new(),
+        });
+        let text = render(&e).expect("render");
+        let mut exported = std::collections::BTreeSet::new();
+        for l in text.lines() {
+            if let Some(rest) = l.strip_prefix("# TYPE ") {
+                let mut it = rest.split(' ');
+                let (name, kind) = (it.next().unwrap_or(""), it.next().unwrap_or(""));
+                exported.insert(if kind == "counter" {
+                    format!("{name}_total")
+                } else {
+                    name.to_owned()
+                });
+            }
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+        for file in [
+            "prometheus/gpuwatch-rules.yml",
+            "grafana/gpuwatch-dashboard.json",
+        ] {
+            let body = std::fs::read_to_string(root.join(file)).expect(file);
+            if file.ends_with(".json") {
+                serde_json::from_str::<serde_json::Value>(&body).expect("valid JSON");
+            }
+            let mut used = 0;
+            for (i, _) in body.match_indices("gpuwatch_") {
+                let name: String = body[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                if name.ends_with('_') {
+                    continue; // prose, e.g. "gpuwatch_ prefix"
+                }
+                used += 1;
+                assert!(exported.contains(&name), "{file} uses {name}, not exported");
+            }
+            assert!(used > 5, "{file} references the metrics");
+        }
+    }
 }

@@ -1,0 +1,75 @@
+//! `/metrics` render time for 1,000 containers × 8 GPUs (each container on all 8 GPUs: 8,000
+//! per-GPU container series per family, about 60,000 lines). The target: p99 < 50 ms.
+//! Prints p50/p99/max over 200 renders, then lets criterion measure the mean. Run with
+//! `cargo xtask bench`.
+use criterion::{criterion_group, criterion_main, Criterion};
+use gpuwatch::output::prometheus::{render, Exported};
+use gpuwatch::snapshot::test_support::{container, gpu, snapshot};
+use gpuwatch::snapshot::WorkloadGpuShare;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+const CONTAINERS: usize = 1_000;
+const GPUS: u32 = 8;
+
+fn exported() -> Arc<Exported> {
+    let gpus = (0..GPUS).map(gpu).collect();
+    let workloads = (0..CONTAINERS)
+        .map(|i| {
+            let mut w = container(&format!("train-{i:04}"));
+            w.gpu.processes = GPUS as usize;
+            w.gpu.memory_bytes = u64::from(GPUS) << 30;
+            w.gpu.busy_fraction = Some(0.8);
+            w.gpu.per_gpu = (0..GPUS)
+                .map(|g| WorkloadGpuShare {
+                    index: g,
+                    uuid: Some(format!("GPU-{g:08}")),
+                    memory_bytes: 1 << 30,
+                    sm_util_percent: Some(80.0),
+                    sm_busy_seconds: 0.8,
+                    busy_fraction: Some(0.8),
+                    device_utilization_percent: Some(80),
+                    pids: vec![1000 + i as u32],
+                })
+                .collect();
+            w
+        })
+        .collect();
+    Arc::new(Exported {
+        snapshot: snapshot(1_700_000_000_000, gpus, workloads),
+        alerts: Vec::new(),
+        xid_totals: BTreeMap::new(),
+    })
+}
+
+fn bench(c: &mut Criterion) {
+    let e = exported();
+    let mut times: Vec<f64> = (0..200)
+        .map(|_| {
+            let t = Instant::now();
+            let text = render(&e).expect("render");
+            std::hint::black_box(text.len());
+            t.elapsed().as_secs_f64() * 1000.0
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    let bytes = render(&e).expect("render").len();
+    println!(
+        "\n/metrics, {CONTAINERS} containers x {GPUS} GPUs ({:.1} MiB): p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms over 200 renders\n",
+        bytes as f64 / 1048576.0,
+        times[100],
+        times[197],
+        times[199]
+    );
+    c.bench_function("metrics_render_1000x8", |b| {
+        b.iter(|| render(&e).expect("render"))
+    });
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(20);
+    targets = bench
+}
+criterion_main!(benches);

@@ -1,0 +1,316 @@
+//! `gpuwatch serve` scraped by a real Prometheus (Debian's package): over TLS with basic auth,
+//! a container's series found by a PromQL query, a scrape without credentials refused, the
+//! shipped alerting rules loaded by Prometheus and checked and unit-tested by promtool.
+mod support;
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use support::*;
+
+fn deploy() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child killed (SIGTERM, then waited for) on drop.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // SAFETY: plain kill(2) on our own child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `gpuwatch serve` on a free port; returns it with the address it printed.
+fn serve(scenario: &Path, extra: &[&str]) -> (Running, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        .args([
+            "serve",
+            "--web.listen-address",
+            "127.0.0.1:0",
+            "--interval",
+            "500ms",
+        ])
+        .args(extra)
+        .env("GPUWATCH_NVML_LIB", fake_nvml_lib())
+        .env("FAKE_NVML_SCENARIO", scenario)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let first = lines
+        .next()
+        .expect("serve prints where it listens")
+        .unwrap();
+    let addr = first
+        .rsplit_once(" on ")
+        .map(|(_, a)| a.to_owned())
+        .unwrap_or_else(|| panic!("unexpected first line: {first}"));
+    // Keep draining stderr so the agent never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (Running(child), addr)
+}
+
+fn get(url: &str) -> (u16, String) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(5)))
+        .build()
+        .into();
+    let mut r = agent.get(url).call().unwrap();
+    let status = r.status().as_u16();
+    (status, r.body_mut().read_to_string().unwrap_or_default())
+}
+
+fn promql(prom: &str, query: &str) -> Value {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(5)))
+        .build()
+        .into();
+    let body = agent
+        .get(&format!("{prom}/api/v1/query"))
+        .query("query", query)
+        .call()
+        .and_then(|mut r| r.body_mut().read_to_string());
+    match body {
+        Ok(b) => serde_json::from_str(&b).unwrap_or(Value::Null),
+        Err(_) => Value::Null, // Prometheus still starting
+    }
+}
+
+#[test]
+fn prometheus_scrapes_it_over_tls_with_basic_auth() {
+    require_root();
+    let c = Container::start(
+        &unique("serve"),
+        &[("com.docker.compose.service", "trainer")],
+        "sleep 3600",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    std::fs::write(
+        &scenario,
+        serde_json::to_vec(
+            &json!({"devices": [{"uuid": "GPU-serve", "utilization_gpu": 70,
+            "processes": [{"pid": c.pid, "used_memory_bytes": 3 * GIB, "sm_util": 70}]}]}),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+
+    // A self-signed certificate for localhost, a bcrypt user, the exporter web config.
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let (cert_pem, key_pem) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert_pem, cert.cert.pem()).unwrap();
+    std::fs::write(&key_pem, cert.signing_key.serialize_pem()).unwrap();
+    let web = dir.path().join("web.yml");
+    std::fs::write(
+        &web,
+        format!(
+            "tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n\
+             basic_auth_users:\n  prom: {}\n",
+            bcrypt::hash("s3cret", 4).unwrap()
+        ),
+    )
+    .unwrap();
+    let (_agent, addr) = serve(&scenario, &["--web.config.file", web.to_str().unwrap()]);
+    assert!(addr.starts_with("https://127.0.0.1:"), "{addr}");
+    let target = addr.trim_start_matches("https://").to_owned();
+
+    let prom_port = free_port();
+    let prom = format!("http://127.0.0.1:{prom_port}");
+    let prom_config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &prom_config,
+        format!(
+            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}
+rule_files: [{rules}]
+scrape_configs:
+  - job_name: gpuwatch
+    scheme: https
+    tls_config: {{ca_file: {ca}, server_name: localhost}}
+    basic_auth: {{username: prom, password: s3cret}}
+    static_configs: [{{targets: ['{target}']}}]
+  - job_name: gpuwatch-no-credentials
+    scheme: https
+    tls_config: {{ca_file: {ca}, server_name: localhost}}
+    static_configs: [{{targets: ['{target}']}}]
+",
+            rules = deploy().join("prometheus/gpuwatch-rules.yml").display(),
+            ca = cert_pem.display(),
+        ),
+    )
+    .unwrap();
+    let _prometheus = Running(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", prom_config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+            .arg("--log.level=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus (Debian package `prometheus`, installed by `cargo xtask setup`)"),
+    );
+
+    // The container's GPU memory, as Prometheus stored it from a TLS + basic-auth scrape.
+    let query = format!(
+        "gpuwatch_container_gpu_memory_bytes{{job=\"gpuwatch\",container_name=\"{}\"}}",
+        c.name
+    );
+    let started = Instant::now();
+    let result = loop {
+        let r = promql(&prom, &query);
+        if let Some(first) = r["data"]["result"].as_array().and_then(|a| a.first()) {
+            break first.clone();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no series after 60 s; last answer {r}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let m = &result["metric"];
+    assert_eq!(m["gpu"], "0");
+    assert_eq!(m["uuid"], "GPU-serve");
+    assert_eq!(m["image"], IMAGE);
+    assert_eq!(m["compose_service"], "trainer");
+    assert_eq!(m["container_id"], &c.id[..12]);
+    assert_eq!(
+        result["value"][1].as_str().unwrap().parse::<f64>().unwrap(),
+        (3 * GIB) as f64
+    );
+    // Without credentials the same target is refused.
+    let up = |job: &str| {
+        let r = promql(&prom, &format!("up{{job=\"{job}\"}}"));
+        r["data"]["result"][0]["value"][1]
+            .as_str()
+            .map(str::to_owned)
+    };
+    assert_eq!(up("gpuwatch").as_deref(), Some("1"));
+    assert_eq!(up("gpuwatch-no-credentials").as_deref(), Some("0"));
+    // Prometheus loaded every shipped rule.
+    let (status, rules) = get(&format!("{prom}/api/v1/rules"));
+    assert_eq!(status, 200);
+    let rules: Value = serde_json::from_str(&rules).unwrap();
+    let loaded = rules["data"]["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(loaded, 13, "{rules}");
+}
+
+#[test]
+fn api_landing_page_and_expiry_of_exited_containers() {
+    require_root();
+    let c = Container::start(&unique("serve-api"), &[], "sleep 3600");
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    std::fs::write(
+        &scenario,
+        serde_json::to_vec(&json!({"devices": [{"uuid": "GPU-api", "temperature": 99,
+            "processes": [{"pid": c.pid, "used_memory_bytes": GIB, "sm_util": 50}]}]}))
+        .unwrap(),
+    )
+    .unwrap();
+    let config = dir.path().join("gpuwatch.yaml");
+    std::fs::write(
+        &config,
+        "alerts:\n  rules:\n    gpu_temperature_high: {for: 0s}\n",
+    )
+    .unwrap();
+    let (_agent, addr) = serve(&scenario, &["-c", config.to_str().unwrap()]);
+    let wait_for = |path: &str, pred: &dyn Fn(&str) -> bool| -> String {
+        let started = Instant::now();
+        loop {
+            let (status, body) = get(&format!("{addr}{path}"));
+            if status == 200 && pred(&body) {
+                return body;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "{path}: {status} {body}"
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    };
+    let landing = wait_for("/", &|b| b.contains("/metrics"));
+    assert!(landing.contains("<title>gpuwatch</title>"));
+    let containers: Value =
+        serde_json::from_str(&wait_for("/api/v1/containers", &|b| b.contains(&c.name))).unwrap();
+    let mine = containers["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == c.name.as_str())
+        .unwrap();
+    assert_eq!(mine["gpu"]["memory_bytes"], GIB);
+    let alerts: Value = serde_json::from_str(&wait_for("/api/v1/alerts", &|b| {
+        b.contains("gpu_temperature_high")
+    }))
+    .unwrap();
+    assert_eq!(alerts["alerts"][0]["state"], "firing");
+    let metrics = wait_for("/metrics", &|b| b.contains(&c.name));
+    assert!(metrics.contains("gpuwatch_alert{rule=\"gpu_temperature_high\""));
+    assert_eq!(get(&format!("{addr}/nowhere")).0, 404);
+    // The container stops (and the driver frees its process's memory): its series are gone
+    // from the next scrapes.
+    drop(c);
+    std::fs::write(
+        &scenario,
+        serde_json::to_vec(&json!({"devices": [{"uuid": "GPU-api", "temperature": 99}]})).unwrap(),
+    )
+    .unwrap();
+    let name = containers["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["gpu"]["memory_bytes"] == GIB)
+        .unwrap()["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    wait_for("/metrics", &|b| !b.contains(&name));
+}
+
+#[test]
+fn promtool_accepts_and_unit_tests_the_shipped_rules() {
+    let dir = deploy().join("prometheus");
+    let check = Command::new("promtool")
+        .args(["check", "rules", "gpuwatch-rules.yml"])
+        .current_dir(&dir)
+        .output()
+        .expect("promtool (Debian package `prometheus`)");
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let test = Command::new("promtool")
+        .args(["test", "rules", "gpuwatch-rules.test.yml"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        test.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&test.stdout),
+        String::from_utf8_lossy(&test.stderr)
+    );
+}
