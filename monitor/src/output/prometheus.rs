@@ -572,9 +572,9 @@ mod tests {
     }
 
     /// Every `gpuwatch_*` name the shipped Prometheus rules and Grafana dashboard use is one this
-    /// exporter writes.
+    /// exporter writes, and docs/metrics.md lists every one it writes.
     #[test]
-    fn deploy_uses_only_exported_metrics() {
+    fn deploy_and_docs_match_the_exported_metrics() {
         let e = Arc::new(Exported {
             snapshot: snapshot(0, vec![], vec![]),
             alerts: Vec::new(),
@@ -592,6 +592,16 @@ mod tests {
                     name.to_owned()
                 });
             }
+        }
+        let docs = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/metrics.md"),
+        )
+        .expect("docs/metrics.md");
+        for name in &exported {
+            assert!(
+                docs.contains(&format!("| `{name}` |")),
+                "docs/metrics.md does not list {name}"
+            );
         }
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
         for file in [
