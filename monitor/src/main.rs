@@ -52,6 +52,14 @@ enum Command {
     /// Run the agent as a service: a Prometheus endpoint, a JSON API and the alert rules, until
     /// Ctrl-C/SIGTERM.
     Serve(ServeArgs),
+    /// Print a shell completion script (e.g. `gpuwatch completions bash >
+    /// /etc/bash_completion.d/gpuwatch`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) to stdout (e.g. `gpuwatch man > /usr/local/share/man/man1/gpuwatch.1`).
+    Man,
     /// Validate a config file without running anything.
     CheckConfig {
         /// The YAML file to check.
@@ -213,8 +221,25 @@ fn main() -> std::process::ExitCode {
 fn run() -> Result<()> {
     let cli = Cli::parse();
     init_logging(cli.log_format, &cli.log)?;
-    if let Command::CheckConfig { file } = &cli.command {
-        return check_config(file);
+    match &cli.command {
+        Command::CheckConfig { file } => return check_config(file),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(
+                *shell,
+                &mut Cli::command(),
+                "gpuwatch",
+                &mut std::io::stdout(),
+            );
+            return Ok(());
+        }
+        Command::Man => {
+            use clap::CommandFactory;
+            return clap_mangen::Man::new(Cli::command())
+                .render(&mut std::io::stdout())
+                .context("writing the man page");
+        }
+        _ => {}
     }
     let config = match &cli.config {
         Some(path) => Config::load(path)?,
@@ -226,7 +251,9 @@ fn run() -> Result<()> {
         Command::Doctor(args) => doctor(&args, &config),
         Command::Watch(args) => watch(&args, &config),
         Command::Serve(args) => serve(&args, &config),
-        Command::CheckConfig { .. } => unreachable!("handled above"),
+        Command::CheckConfig { .. } | Command::Completions { .. } | Command::Man => {
+            unreachable!("handled above")
+        }
     }
 }
 

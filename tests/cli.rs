@@ -1,0 +1,71 @@
+//! The command line as a whole: help, shell completions, the man page.
+use std::process::Command;
+
+fn gpuwatch(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const COMMANDS: [&str; 8] = [
+    "snapshot",
+    "record",
+    "doctor",
+    "watch",
+    "serve",
+    "completions",
+    "man",
+    "check-config",
+];
+
+#[test]
+fn help_lists_every_command() {
+    let (ok, help, _) = gpuwatch(&["--help"]);
+    assert!(ok);
+    for c in COMMANDS {
+        assert!(help.contains(&format!("  {c} ")), "{c} missing from\n{help}");
+    }
+    let (ok, serve, _) = gpuwatch(&["serve", "--help"]);
+    assert!(ok);
+    assert!(serve.contains("--web.listen-address") && serve.contains("--web.config.file"));
+}
+
+#[test]
+fn bash_completion_is_valid_shell_and_knows_the_commands() {
+    let (ok, script, err) = gpuwatch(&["completions", "bash"]);
+    assert!(ok, "{err}");
+    for c in COMMANDS {
+        assert!(script.contains(c), "{c}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gpuwatch.bash");
+    std::fs::write(&path, &script).unwrap();
+    let syntax = Command::new("bash").arg("-n").arg(&path).output().unwrap();
+    assert!(
+        syntax.status.success(),
+        "{}",
+        String::from_utf8_lossy(&syntax.stderr)
+    );
+    for shell in ["zsh", "fish"] {
+        let (ok, s, _) = gpuwatch(&["completions", shell]);
+        assert!(ok && s.contains("serve"), "{shell}");
+    }
+}
+
+#[test]
+fn man_page_is_roff_for_section_1() {
+    let (ok, page, err) = gpuwatch(&["man"]);
+    assert!(ok, "{err}");
+    assert!(page.contains(".TH gpuwatch 1"), "{page}");
+    let page = page.replace("\\-", "-"); // roff escapes hyphens
+    for c in COMMANDS {
+        assert!(page.contains(c), "{c}");
+    }
+}
