@@ -30,7 +30,10 @@ fn help_lists_every_command() {
     let (ok, help, _) = gpuwatch(&["--help"]);
     assert!(ok);
     for c in COMMANDS {
-        assert!(help.contains(&format!("  {c} ")), "{c} missing from\n{help}");
+        assert!(
+            help.contains(&format!("  {c} ")),
+            "{c} missing from\n{help}"
+        );
     }
     let (ok, serve, _) = gpuwatch(&["serve", "--help"]);
     assert!(ok);
