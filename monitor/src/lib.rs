@@ -17,6 +17,7 @@ pub mod gpu_activity;
 pub mod health;
 pub mod notify;
 pub mod output;
+pub mod recording;
 pub mod sampler;
 pub mod serve;
 pub mod snapshot;

@@ -52,6 +52,13 @@ enum Command {
     /// Run the agent as a service: a Prometheus endpoint, a JSON API and the alert rules, until
     /// Ctrl-C/SIGTERM.
     Serve(ServeArgs),
+    /// Draw charts from a CSV recording: per GPU temperature against memory use (the seed
+    /// article's chart), per container GPU busy with the verdict shaded, GPU memory and the
+    /// loader-stall share.
+    Plot(PlotArgs),
+    /// Summarise a CSV recording per container and per GPU: GPU-hours, memory, utilisation
+    /// distribution, verdicts, alerts, OOM headroom, with the charts.
+    Report(ReportArgs),
     /// Print a shell completion script (e.g. `gpuwatch completions bash >
     /// /etc/bash_completion.d/gpuwatch`).
     Completions {
@@ -77,6 +84,42 @@ struct DoctorArgs {
     /// How long to sample (default: the config's `doctor.window`, 5 s).
     #[arg(long, value_parser = humantime::parse_duration)]
     window: Option<Duration>,
+}
+
+#[derive(Args)]
+struct PlotArgs {
+    /// A CSV recording (`gpuwatch record -o gpu_log.csv`).
+    recording: PathBuf,
+    /// Where to write the charts (created if missing).
+    #[arg(long, short, default_value = "plots")]
+    output: PathBuf,
+    /// Image formats.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [gpuwatch::output::plot::Format::Png, gpuwatch::output::plot::Format::Svg])]
+    format: Vec<gpuwatch::output::plot::Format>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ReportFormat {
+    /// Markdown, with PNG charts written beside it (see --plots).
+    Markdown,
+    /// One self-contained HTML page, charts inlined as SVG.
+    Html,
+    Json,
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    /// A CSV recording (`gpuwatch record -o gpu_log.csv`).
+    recording: PathBuf,
+    #[arg(long, value_enum, default_value_t = ReportFormat::Markdown)]
+    format: ReportFormat,
+    /// Where to write the report; `-` is standard output.
+    #[arg(long, short, default_value = "-")]
+    output: PathBuf,
+    /// Where the Markdown report's PNG charts go (default: `<output>-plots`, or `report-plots`
+    /// when writing to standard output).
+    #[arg(long)]
+    plots: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -223,6 +266,8 @@ fn run() -> Result<()> {
     init_logging(cli.log_format, &cli.log)?;
     match &cli.command {
         Command::CheckConfig { file } => return check_config(file),
+        Command::Plot(args) => return plot(args),
+        Command::Report(args) => return report(args),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(
@@ -251,7 +296,11 @@ fn run() -> Result<()> {
         Command::Doctor(args) => doctor(&args, &config),
         Command::Watch(args) => watch(&args, &config),
         Command::Serve(args) => serve(&args, &config),
-        Command::CheckConfig { .. } | Command::Completions { .. } | Command::Man => {
+        Command::CheckConfig { .. }
+        | Command::Completions { .. }
+        | Command::Man
+        | Command::Plot(_)
+        | Command::Report(_) => {
             unreachable!("handled above")
         }
     }
@@ -346,6 +395,9 @@ fn record(args: &RecordArgs, config: &Config) -> Result<()> {
 
     let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
         .context("starting the agent")?;
+    // The config's alert rules run over the recording; their transitions are recorded too
+    // (CSV `alert` rows), for `gpuwatch report`. Nothing is notified.
+    let mut alerts = gpuwatch::health::alerts::AlertEngine::new(&config.alerts);
     agent.sampler.round(); // baseline: rates and samples cover each interval from the first row on
     if let RecordFormat::Csv = args.format {
         writeln!(out, "{}", gpuwatch::output::csv::header())
@@ -356,8 +408,14 @@ fn record(args: &RecordArgs, config: &Config) -> Result<()> {
     let mut samples = 0u64;
     while agent.wait_polling(next, &stop) {
         let snap = agent.sampler.round();
+        let round = alerts.evaluate(&snap);
+        let transitions: Vec<_> = round.notify.into_iter().chain(round.rate_limited).collect();
         match args.format {
-            RecordFormat::Csv => out.write_all(gpuwatch::output::csv::rows(&snap).as_bytes()),
+            RecordFormat::Csv => out
+                .write_all(gpuwatch::output::csv::rows(&snap).as_bytes())
+                .and_then(|()| {
+                    out.write_all(gpuwatch::output::csv::alert_rows(&snap, &transitions).as_bytes())
+                }),
             RecordFormat::Jsonl => serde_json::to_writer(&mut out, &snap)
                 .map_err(std::io::Error::from)
                 .and_then(|()| out.write_all(b"\n")),
@@ -536,4 +594,101 @@ fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
     let _ = shutdown.send(true);
     runtime.shutdown_timeout(Duration::from_secs(2));
     result
+}
+
+fn plot(args: &PlotArgs) -> Result<()> {
+    let rec = gpuwatch::recording::read(&args.recording)?;
+    let files = gpuwatch::output::plot::plot_all(&rec, &args.output, &args.format)?;
+    for f in files {
+        println!("{}", f.display());
+    }
+    Ok(())
+}
+
+fn report(args: &ReportArgs) -> Result<()> {
+    use gpuwatch::output::plot::{self, Format};
+    use gpuwatch::output::report;
+    let rec = gpuwatch::recording::read(&args.recording)?;
+    let name = args.recording.file_name().map_or_else(
+        || args.recording.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let summary = report::summarise(&rec, &name);
+    let to_stdout = args.output.as_os_str() == "-";
+    let chart_key = |file: &std::path::Path| {
+        file.file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    // `container-<name>` / `gpu<N>-temperature-memory` → the key the report asks for.
+    let key_for = |k: &str| {
+        if let Some(rest) = k.strip_prefix("gpu") {
+            if rest.chars().all(|c| c.is_ascii_digit()) {
+                return format!("{k}-temperature-memory");
+            }
+        }
+        format!("container-{}", plot::file_name(k))
+    };
+    let text = match args.format {
+        ReportFormat::Json => {
+            serde_json::to_string_pretty(&summary).context("encoding the report")? + "\n"
+        }
+        ReportFormat::Markdown => {
+            let plots = args.plots.clone().unwrap_or_else(|| {
+                if to_stdout {
+                    PathBuf::from("report-plots")
+                } else {
+                    let mut p = args.output.clone().into_os_string();
+                    p.push("-plots");
+                    PathBuf::from(p)
+                }
+            });
+            let files = plot::plot_all(&rec, &plots, &[Format::Png])?;
+            // Links relative to where the Markdown lands.
+            let base = if to_stdout {
+                PathBuf::from(".")
+            } else {
+                args.output
+                    .parent()
+                    .map(std::path::Path::to_owned)
+                    .unwrap_or_default()
+            };
+            report::markdown(&summary, &|k| {
+                let want = key_for(k);
+                files
+                    .iter()
+                    .find(|f| chart_key(f) == want)
+                    .map(|f| f.strip_prefix(&base).unwrap_or(f).display().to_string())
+            })
+        }
+        ReportFormat::Html => {
+            let dir = tempfile_dir()?;
+            let files = plot::plot_all(&rec, &dir, &[Format::Svg])?;
+            let page = report::html(&summary, &|k| {
+                let want = key_for(k);
+                let f = files.iter().find(|f| chart_key(f) == want)?;
+                let svg = std::fs::read_to_string(f).ok()?;
+                // Inline: drop the XML declaration, keep the <svg> element.
+                Some(svg[svg.find("<svg").unwrap_or(0)..].to_owned())
+            });
+            let _ = std::fs::remove_dir_all(&dir);
+            page
+        }
+    };
+    if to_stdout {
+        std::io::stdout()
+            .write_all(text.as_bytes())
+            .context("writing the report")?;
+    } else {
+        std::fs::write(&args.output, text)
+            .with_context(|| format!("writing {}", args.output.display()))?;
+    }
+    Ok(())
+}
+
+/// A fresh private directory for intermediate files.
+fn tempfile_dir() -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("gpuwatch-report-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
 }

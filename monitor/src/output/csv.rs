@@ -4,7 +4,7 @@
 use crate::snapshot::Snapshot;
 
 /// The columns, in order.
-pub const COLUMNS: [&str; 24] = [
+pub const COLUMNS: [&str; 28] = [
     "timestamp",
     "unix_ms",
     "record",
@@ -29,6 +29,10 @@ pub const COLUMNS: [&str; 24] = [
     "memory_bytes",
     "verdict",
     "input_bound_share",
+    "oom_batch_scale",
+    "alert_rule",
+    "alert_state",
+    "alert_summary",
 ];
 
 /// The header line (without its newline).
@@ -124,6 +128,42 @@ pub fn rows(s: &Snapshot) -> String {
             "input_bound_share",
             w.verdict.as_ref().and_then(|v| v.input_bound_share),
         );
+        r.set_opt(
+            "oom_batch_scale",
+            w.oom_headroom.and_then(|h| h.batch_scale),
+        );
+        r.write(&mut out);
+    }
+    out
+}
+
+/// One row per alert transition (firing or resolved), stamped with the snapshot it came from.
+pub fn alert_rows(s: &Snapshot, alerts: &[crate::health::alerts::Alert]) -> String {
+    use crate::health::alerts::AlertState;
+    let mut out = String::new();
+    for a in alerts {
+        let mut r = Row::new(&s.taken_at, s.taken_at_unix_ms, "alert");
+        r.set_opt("gpu_index", a.subject.gpu.as_ref().map(|g| g.index));
+        r.set_opt(
+            "gpu_uuid",
+            a.subject.gpu.as_ref().and_then(|g| g.uuid.as_deref()),
+        );
+        if let Some(c) = &a.subject.container {
+            r.set("workload_id", &c.workload);
+            r.set("workload_name", &c.name);
+            r.set_opt("image", c.image.as_deref());
+            r.set_opt("compose_service", c.compose_service.as_deref());
+        }
+        r.set("alert_rule", a.rule);
+        r.set(
+            "alert_state",
+            match a.state {
+                AlertState::Pending => "pending",
+                AlertState::Firing => "firing",
+                AlertState::Resolved => "resolved",
+            },
+        );
+        r.set("alert_summary", &a.summary);
         r.write(&mut out);
     }
     out

@@ -1,4 +1,6 @@
 //! Renderings of a snapshot.
 pub mod csv;
+pub mod plot;
 pub mod prometheus;
+pub mod report;
 pub mod table;

@@ -1,0 +1,419 @@
+//! `gpuwatch plot`: charts from a recording, as PNG and SVG.
+//!
+//! - Per GPU, the seed article's chart: temperature on the left axis against memory use on the
+//!   right, over time.
+//! - Per container, three panels on one time axis:
+//!   - GPU busy share, with the background shaded by the verdict of each sample;
+//!   - GPU memory;
+//!   - the loader-stall share (input-bound).
+//!
+//! Text is drawn with a bundled DejaVu Sans (through ab_glyph), so a machine without desktop
+//! fonts renders the same PNGs. SVGs name the family and leave the glyphs to the viewer.
+use crate::recording::{Recording, WorkloadSeries};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use std::path::{Path, PathBuf};
+
+static FONT: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
+const FAMILY: &str = "sans-serif";
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    #[error("drawing {path}: {message}")]
+    Draw { path: PathBuf, message: String },
+    #[error("creating {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the recording has no {0} to plot")]
+    Nothing(&'static str),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Png,
+    Svg,
+}
+
+fn register_font() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // A bundled, valid TTF: failure here is a build defect, reported on first draw.
+        let _ = plotters::style::register_font(FAMILY, FontStyle::Normal, FONT);
+    });
+}
+
+/// Writes every chart of `rec` into `dir`; returns the files written.
+pub fn plot_all(
+    rec: &Recording,
+    dir: &Path,
+    formats: &[Format],
+) -> Result<Vec<PathBuf>, PlotError> {
+    register_font();
+    std::fs::create_dir_all(dir).map_err(|source| PlotError::Io {
+        path: dir.to_owned(),
+        source,
+    })?;
+    if rec.gpus.is_empty() && rec.workloads.is_empty() {
+        return Err(PlotError::Nothing("GPU or container"));
+    }
+    let mut written = Vec::new();
+    for &index in rec.gpus.keys() {
+        for &f in formats {
+            let path = dir.join(format!("gpu{index}-temperature-memory.{}", extension(f)));
+            render(&path, f, (1200, 500), &GpuChart { rec, index })?;
+            written.push(path);
+        }
+    }
+    for w in rec.workloads.values() {
+        if w.samples.iter().all(|s| s.gpus.is_empty()) {
+            continue; // no GPU: nothing this chart is about
+        }
+        for &f in formats {
+            let path = dir.join(format!("container-{}.{}", file_name(&w.name), extension(f)));
+            render(&path, f, (1200, 900), &ContainerChart { rec, w })?;
+            written.push(path);
+        }
+    }
+    Ok(written)
+}
+
+fn extension(f: Format) -> &'static str {
+    match f {
+        Format::Png => "png",
+        Format::Svg => "svg",
+    }
+}
+
+/// A container name as a file name: `/`, spaces and the like become `_`.
+pub fn file_name(name: &str) -> String {
+    let s: String = name
+        .trim_start_matches('/')
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.is_empty() {
+        "unnamed".into()
+    } else {
+        s
+    }
+}
+
+type DrawResult = Result<(), Box<dyn std::error::Error>>;
+
+/// A chart, drawable on any plotters backend.
+trait Chart {
+    fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> DrawResult
+    where
+        DB::ErrorType: 'static;
+}
+
+struct GpuChart<'r> {
+    rec: &'r Recording,
+    index: u32,
+}
+
+impl Chart for GpuChart<'_> {
+    fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> DrawResult
+    where
+        DB::ErrorType: 'static,
+    {
+        gpu_chart(self.rec, self.index, root)
+    }
+}
+
+struct ContainerChart<'r> {
+    rec: &'r Recording,
+    w: &'r WorkloadSeries,
+}
+
+impl Chart for ContainerChart<'_> {
+    fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> DrawResult
+    where
+        DB::ErrorType: 'static,
+    {
+        container_chart(self.rec, self.w, root)
+    }
+}
+
+fn render(
+    path: &Path,
+    format: Format,
+    size: (u32, u32),
+    chart: &impl Chart,
+) -> Result<(), PlotError> {
+    let err = |e: &dyn std::fmt::Display| PlotError::Draw {
+        path: path.to_owned(),
+        message: e.to_string(),
+    };
+    match format {
+        Format::Png => {
+            let root = BitMapBackend::new(path, size).into_drawing_area();
+            root.fill(&WHITE).map_err(|e| err(&e))?;
+            chart.draw(root.clone()).map_err(|e| err(&e))?;
+            root.present().map_err(|e| err(&e))
+        }
+        Format::Svg => {
+            let root = SVGBackend::new(path, size).into_drawing_area();
+            root.fill(&WHITE).map_err(|e| err(&e))?;
+            chart.draw(root.clone()).map_err(|e| err(&e))?;
+            root.present().map_err(|e| err(&e))
+        }
+    }
+}
+
+/// Seconds since the recording began, or minutes for long recordings.
+struct TimeAxis {
+    start_ms: u64,
+    divisor: f64,
+    label: &'static str,
+    max: f64,
+}
+
+impl TimeAxis {
+    fn of(rec: &Recording) -> Self {
+        let span = (rec.last_ms.saturating_sub(rec.first_ms)) as f64 / 1000.0;
+        let (divisor, label) = if span > 600.0 {
+            (60.0, "time since the recording began (min)")
+        } else {
+            (1.0, "time since the recording began (s)")
+        };
+        Self {
+            start_ms: rec.first_ms,
+            divisor,
+            label,
+            max: (span / divisor).max(1e-3),
+        }
+    }
+
+    fn x(&self, unix_ms: u64) -> f64 {
+        unix_ms.saturating_sub(self.start_ms) as f64 / 1000.0 / self.divisor
+    }
+}
+
+fn gpu_chart<DB: DrawingBackend>(
+    rec: &Recording,
+    index: u32,
+    root: DrawingArea<DB, Shift>,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    let series = &rec.gpus[&index];
+    let t = TimeAxis::of(rec);
+    let temps: Vec<(f64, f64)> = series
+        .samples
+        .iter()
+        .filter_map(|s| Some((t.x(s.unix_ms), s.temperature_celsius?)))
+        .collect();
+    let mem: Vec<(f64, f64)> = series
+        .samples
+        .iter()
+        .filter_map(|s| Some((t.x(s.unix_ms), s.memory_percent()?)))
+        .collect();
+    let (lo, hi) = temps.iter().fold((f64::MAX, f64::MIN), |(lo, hi), (_, v)| {
+        (lo.min(*v), hi.max(*v))
+    });
+    let (lo, hi) = if temps.is_empty() {
+        (20.0, 90.0)
+    } else {
+        ((lo - 5.0).floor().min(30.0), (hi + 5.0).ceil().max(90.0))
+    };
+    let title = format!(
+        "GPU {index} ({}): temperature and memory use",
+        if series.name.is_empty() {
+            &series.uuid
+        } else {
+            &series.name
+        }
+    );
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, (FAMILY, 24))
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .right_y_label_area_size(60)
+        .build_cartesian_2d(0f64..t.max, lo..hi)?
+        .set_secondary_coord(0f64..t.max, 0f64..100f64);
+    chart
+        .configure_mesh()
+        .x_desc(t.label)
+        .y_desc("Temperature (°C)")
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .label_style((FAMILY, 15))
+        .axis_desc_style((FAMILY, 16))
+        .draw()?;
+    chart
+        .configure_secondary_axes()
+        .y_desc("Memory used (%)")
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .label_style((FAMILY, 15))
+        .axis_desc_style((FAMILY, 16))
+        .draw()?;
+    let red = RGBColor(214, 39, 40);
+    let blue = RGBColor(31, 119, 180);
+    chart
+        .draw_series(LineSeries::new(temps, red.stroke_width(2)))?
+        .label("GPU temperature (°C)")
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], red.stroke_width(2)));
+    chart
+        .draw_secondary_series(DashedLineSeries::new(mem, 8, 5, blue.stroke_width(2)))?
+        .label("Memory used (%)")
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], blue.stroke_width(2)));
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font((FAMILY, 15))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
+/// Background colour of a verdict in the busy panel.
+fn verdict_color(v: &str) -> Option<RGBColor> {
+    match v {
+        "input-bound: I/O" => Some(RGBColor(253, 208, 162)),
+        "input-bound: CPU" => Some(RGBColor(218, 200, 240)),
+        "GPU-bound" => Some(RGBColor(199, 233, 192)),
+        "idle" => Some(RGBColor(224, 224, 224)),
+        _ => None,
+    }
+}
+
+const VERDICTS: [&str; 4] = ["input-bound: I/O", "input-bound: CPU", "GPU-bound", "idle"];
+
+fn container_chart<DB: DrawingBackend>(
+    rec: &Recording,
+    w: &WorkloadSeries,
+    root: DrawingArea<DB, Shift>,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    let t = TimeAxis::of(rec);
+    let mut title = format!("Container {}", w.name);
+    if !w.image.is_empty() {
+        title.push_str(&format!(" ({})", w.image));
+    }
+    if !w.compose_service.is_empty() {
+        title.push_str(&format!(", service {}", w.compose_service));
+    }
+    let root = root.titled(&title, (FAMILY, 24))?;
+    let panels = root.split_evenly((3, 1));
+    let blue = RGBColor(31, 119, 180);
+    let green = RGBColor(44, 160, 44);
+    let orange = RGBColor(255, 127, 14);
+
+    // 1. GPU busy, over verdict bands.
+    let mut busy = ChartBuilder::on(&panels[0])
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..t.max, 0f64..100f64)?;
+    busy.configure_mesh()
+        .y_desc("GPU busy (%)")
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .label_style((FAMILY, 14))
+        .axis_desc_style((FAMILY, 15))
+        .draw()?;
+    // One band per run of equal verdicts, from its first sample to the next run's.
+    let mut bands: Vec<(f64, f64, RGBColor)> = Vec::new();
+    let mut i = 0;
+    while i < w.samples.len() {
+        let v = w.samples[i].verdict.as_deref().unwrap_or("");
+        let mut j = i + 1;
+        while j < w.samples.len() && w.samples[j].verdict.as_deref().unwrap_or("") == v {
+            j += 1;
+        }
+        if let Some(c) = verdict_color(v) {
+            let x0 = t.x(w.samples[i].unix_ms);
+            let x1 = w.samples.get(j).map_or(t.max, |s| t.x(s.unix_ms));
+            bands.push((x0, x1, c));
+        }
+        i = j;
+    }
+    busy.draw_series(
+        bands
+            .iter()
+            .map(|(x0, x1, c)| Rectangle::new([(*x0, 0.0), (*x1, 100.0)], c.filled())),
+    )?;
+    for v in VERDICTS {
+        if let Some(c) = verdict_color(v) {
+            if bands.iter().any(|b| b.2 == c) {
+                busy.draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())?
+                    .label(v)
+                    .legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 6), (x + 16, y + 6)], c.filled())
+                    });
+            }
+        }
+    }
+    busy.draw_series(LineSeries::new(
+        w.samples
+            .iter()
+            .filter_map(|s| Some((t.x(s.unix_ms), s.gpu_busy_fraction? * 100.0))),
+        blue.stroke_width(2),
+    ))?
+    .label("GPU busy")
+    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], blue.stroke_width(2)));
+    busy.configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .label_font((FAMILY, 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+
+    // 2. GPU memory.
+    let gib = 1024.0 * 1024.0 * 1024.0;
+    let mem: Vec<(f64, f64)> = w
+        .samples
+        .iter()
+        .map(|s| (t.x(s.unix_ms), s.gpu_memory_bytes / gib))
+        .collect();
+    let top = mem.iter().map(|p| p.1).fold(0.0, f64::max).max(1.0) * 1.15;
+    let mut m = ChartBuilder::on(&panels[1])
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..t.max, 0f64..top)?;
+    m.configure_mesh()
+        .y_desc("GPU memory (GiB)")
+        .y_label_formatter(&|v| format!("{v:.1}"))
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .label_style((FAMILY, 14))
+        .axis_desc_style((FAMILY, 15))
+        .draw()?;
+    m.draw_series(AreaSeries::new(mem, 0.0, green.mix(0.25)).border_style(green.stroke_width(2)))?;
+
+    // 3. Loader-stall share.
+    let mut l = ChartBuilder::on(&panels[2])
+        .margin(10)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..t.max, 0f64..100f64)?;
+    l.configure_mesh()
+        .x_desc(t.label)
+        .y_desc("Input-bound (%)")
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .label_style((FAMILY, 14))
+        .axis_desc_style((FAMILY, 15))
+        .draw()?;
+    l.draw_series(LineSeries::new(
+        w.samples
+            .iter()
+            .filter_map(|s| Some((t.x(s.unix_ms), s.input_bound_share? * 100.0))),
+        orange.stroke_width(2),
+    ))?;
+    Ok(())
+}

@@ -1,0 +1,548 @@
+//! `gpuwatch report`: the end-of-run summary of a recording, per container (over its span in the
+//! recording) and per GPU, as JSON, Markdown (with the PNG charts beside it) or one
+//! self-contained HTML page (charts inlined as SVG).
+use crate::recording::{AlertRow, Recording, WorkloadSeries};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub recording: String,
+    pub started_at: String,
+    pub ended_at: String,
+    pub duration_seconds: f64,
+    pub gpus: Vec<GpuSummary>,
+    pub containers: Vec<ContainerSummary>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GpuSummary {
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    pub mean_utilization_percent: Option<f64>,
+    pub mean_temperature_celsius: Option<f64>,
+    pub peak_temperature_celsius: Option<f64>,
+    pub peak_memory_percent: Option<f64>,
+    /// Alert transitions about this GPU, by rule: (fired, resolved).
+    pub alerts: BTreeMap<String, AlertCount>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct AlertCount {
+    pub fired: u32,
+    pub resolved: u32,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ContainerSummary {
+    pub workload_id: String,
+    pub name: String,
+    pub image: String,
+    pub compose_service: String,
+    pub first_seen: String,
+    pub last_seen: String,
+    pub duration_seconds: f64,
+    pub samples: usize,
+    /// Σ over the span of (time × GPUs held).
+    pub gpu_hours: f64,
+    pub gpus: Vec<u32>,
+    pub mean_gpu_memory_bytes: f64,
+    pub peak_gpu_memory_bytes: f64,
+    /// GPU busy share over samples: mean and percentiles (0–1).
+    pub gpu_busy: Option<Distribution>,
+    /// Share of the span in each GPU-busy band: 0–20 %, 20–40 %, ... 80–100 %.
+    pub gpu_busy_histogram: [f64; 5],
+    /// Share of samples per verdict.
+    pub verdicts: BTreeMap<String, f64>,
+    /// The most frequent verdict, if any.
+    pub main_verdict: Option<String>,
+    /// Mean share of the window the GPU idled because of the loader.
+    pub mean_input_bound_share: Option<f64>,
+    pub mean_cpu_cores: Option<f64>,
+    pub peak_memory_bytes: Option<f64>,
+    /// The smallest batch scale factor seen (the tightest moment).
+    pub min_oom_batch_scale: Option<f64>,
+    pub alerts: BTreeMap<String, AlertCount>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Distribution {
+    pub mean: f64,
+    pub p10: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub max: f64,
+}
+
+fn distribution(mut v: Vec<f64>) -> Option<Distribution> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
+    Some(Distribution {
+        mean: v.iter().sum::<f64>() / v.len() as f64,
+        p10: q(0.1),
+        p50: q(0.5),
+        p90: q(0.9),
+        max: v[v.len() - 1],
+    })
+}
+
+fn mean(v: impl Iterator<Item = f64>) -> Option<f64> {
+    let (n, sum) = v.fold((0usize, 0.0), |(n, s), x| (n + 1, s + x));
+    (n > 0).then(|| sum / n as f64)
+}
+
+fn rfc3339(ms: u64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default()
+}
+
+fn count_alerts<'a>(rows: impl Iterator<Item = &'a AlertRow>) -> BTreeMap<String, AlertCount> {
+    let mut m: BTreeMap<String, AlertCount> = BTreeMap::new();
+    for a in rows {
+        let c = m.entry(a.rule.clone()).or_default();
+        match a.state.as_str() {
+            "firing" => c.fired += 1,
+            "resolved" => c.resolved += 1,
+            _ => {}
+        }
+    }
+    m
+}
+
+/// Summarises `rec`; `name` is how the report names the recording.
+pub fn summarise(rec: &Recording, name: &str) -> Report {
+    let gpus = rec
+        .gpus
+        .iter()
+        .map(|(&index, g)| GpuSummary {
+            index,
+            uuid: g.uuid.clone(),
+            name: g.name.clone(),
+            mean_utilization_percent: mean(g.samples.iter().filter_map(|s| s.utilization_percent)),
+            mean_temperature_celsius: mean(g.samples.iter().filter_map(|s| s.temperature_celsius)),
+            peak_temperature_celsius: g
+                .samples
+                .iter()
+                .filter_map(|s| s.temperature_celsius)
+                .reduce(f64::max),
+            peak_memory_percent: g
+                .samples
+                .iter()
+                .filter_map(|s| s.memory_percent())
+                .reduce(f64::max),
+            alerts: count_alerts(
+                rec.alerts
+                    .iter()
+                    .filter(|a| a.gpu == Some(index) && a.workload_id.is_none()),
+            ),
+        })
+        .collect();
+    let containers = rec
+        .workloads
+        .values()
+        .filter(|w| w.samples.iter().any(|s| !s.gpus.is_empty()))
+        .map(|w| container(rec, w))
+        .collect();
+    Report {
+        recording: name.to_owned(),
+        started_at: rfc3339(rec.first_ms),
+        ended_at: rfc3339(rec.last_ms),
+        duration_seconds: rec.last_ms.saturating_sub(rec.first_ms) as f64 / 1000.0,
+        gpus,
+        containers,
+    }
+}
+
+fn container(rec: &Recording, w: &WorkloadSeries) -> ContainerSummary {
+    let s = &w.samples;
+    let first = s.first().map_or(0, |x| x.unix_ms);
+    let last = s.last().map_or(0, |x| x.unix_ms);
+    // Each sample stands for the time until the next one (the last for the median interval).
+    let mut gaps: Vec<f64> = s
+        .windows(2)
+        .map(|p| p[1].unix_ms.saturating_sub(p[0].unix_ms) as f64 / 1000.0)
+        .collect();
+    gaps.sort_by(f64::total_cmp);
+    let typical = gaps.get(gaps.len() / 2).copied().unwrap_or(1.0);
+    let dt = |i: usize| {
+        s.get(i + 1).map_or(typical, |n| {
+            n.unix_ms.saturating_sub(s[i].unix_ms) as f64 / 1000.0
+        })
+    };
+    let gpu_hours = (0..s.len())
+        .map(|i| dt(i) * s[i].gpus.len() as f64)
+        .sum::<f64>()
+        / 3600.0;
+    let busy: Vec<(f64, f64)> = (0..s.len())
+        .filter_map(|i| Some((s[i].gpu_busy_fraction?, dt(i))))
+        .collect();
+    let mut histogram = [0.0; 5];
+    let total: f64 = busy.iter().map(|b| b.1).sum();
+    if total > 0.0 {
+        for (b, d) in &busy {
+            histogram[((b * 5.0) as usize).min(4)] += d / total;
+        }
+    }
+    let mut verdicts: BTreeMap<String, f64> = BTreeMap::new();
+    let judged = s.iter().filter(|x| x.verdict.is_some()).count();
+    for v in s.iter().filter_map(|x| x.verdict.as_ref()) {
+        *verdicts.entry(v.clone()).or_default() += 1.0 / judged as f64;
+    }
+    let main_verdict = verdicts
+        .iter()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(k, _)| k.clone());
+    let mut gpus: Vec<u32> = s.iter().flat_map(|x| x.gpus.iter().copied()).collect();
+    gpus.sort_unstable();
+    gpus.dedup();
+    let alerts = count_alerts(rec.alerts.iter().filter(|a| {
+        a.workload_id.as_deref() == Some(w.id.as_str())
+            || (a.workload_id.is_none() && a.gpu.is_some_and(|g| gpus.contains(&g)))
+    }));
+    ContainerSummary {
+        workload_id: w.id.clone(),
+        name: w.name.clone(),
+        image: w.image.clone(),
+        compose_service: w.compose_service.clone(),
+        first_seen: rfc3339(first),
+        last_seen: rfc3339(last),
+        duration_seconds: last.saturating_sub(first) as f64 / 1000.0,
+        samples: s.len(),
+        gpu_hours,
+        gpus,
+        mean_gpu_memory_bytes: mean(s.iter().map(|x| x.gpu_memory_bytes)).unwrap_or(0.0),
+        peak_gpu_memory_bytes: s.iter().map(|x| x.gpu_memory_bytes).fold(0.0, f64::max),
+        gpu_busy: distribution(busy.iter().map(|b| b.0).collect()),
+        gpu_busy_histogram: histogram,
+        verdicts,
+        main_verdict,
+        mean_input_bound_share: mean(s.iter().filter_map(|x| x.input_bound_share)),
+        mean_cpu_cores: mean(s.iter().filter_map(|x| x.cpu_cores)),
+        peak_memory_bytes: s.iter().filter_map(|x| x.memory_bytes).reduce(f64::max),
+        min_oom_batch_scale: s.iter().filter_map(|x| x.oom_batch_scale).reduce(f64::min),
+        alerts,
+    }
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or("–".into(), |v| format!("{:.0}%", v * 100.0))
+}
+
+fn opt(v: Option<f64>, unit: &str, digits: usize) -> String {
+    v.map_or("–".into(), |v| format!("{v:.digits$}{unit}"))
+}
+
+fn alerts_text(a: &BTreeMap<String, AlertCount>) -> String {
+    if a.is_empty() {
+        return "none".into();
+    }
+    a.iter()
+        .map(|(rule, c)| format!("{rule} ×{} ({} resolved)", c.fired, c.resolved))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Markdown; `chart` gives the chart file for a container name or GPU (`gpu0`), if drawn.
+pub fn markdown(r: &Report, chart: &dyn Fn(&str) -> Option<String>) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "# gpuwatch report: {}\n", r.recording);
+    let _ = writeln!(
+        o,
+        "{} → {} ({:.0} s), {} GPU(s), {} container(s) on GPUs.\n",
+        r.started_at,
+        r.ended_at,
+        r.duration_seconds,
+        r.gpus.len(),
+        r.containers.len()
+    );
+    let _ = writeln!(o, "## Containers\n");
+    for c in &r.containers {
+        let _ = writeln!(o, "### {}\n", c.name);
+        let _ = writeln!(o, "| | |\n|---|---|");
+        let rows = [
+            ("image", c.image.clone()),
+            ("compose service", c.compose_service.clone()),
+            (
+                "span",
+                format!(
+                    "{} → {} ({:.0} s, {} samples)",
+                    c.first_seen, c.last_seen, c.duration_seconds, c.samples
+                ),
+            ),
+            (
+                "GPUs",
+                c.gpus
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ),
+            ("GPU-hours", format!("{:.3}", c.gpu_hours)),
+            (
+                "GPU memory",
+                format!(
+                    "mean {:.2} GiB, peak {:.2} GiB",
+                    c.mean_gpu_memory_bytes / GIB,
+                    c.peak_gpu_memory_bytes / GIB
+                ),
+            ),
+            (
+                "GPU busy",
+                c.gpu_busy.as_ref().map_or("–".into(), |d| {
+                    format!(
+                        "mean {}, p10 {}, p50 {}, p90 {}, max {}",
+                        pct(Some(d.mean)),
+                        pct(Some(d.p10)),
+                        pct(Some(d.p50)),
+                        pct(Some(d.p90)),
+                        pct(Some(d.max))
+                    )
+                }),
+            ),
+            (
+                "time at GPU busy 0–20 / 20–40 / 40–60 / 60–80 / 80–100 %",
+                c.gpu_busy_histogram
+                    .iter()
+                    .map(|h| format!("{:.0}%", h * 100.0))
+                    .collect::<Vec<_>>()
+                    .join(" / "),
+            ),
+            (
+                "verdict",
+                c.main_verdict.clone().map_or("–".into(), |v| {
+                    format!(
+                        "**{v}** ({})",
+                        c.verdicts
+                            .iter()
+                            .map(|(k, s)| format!("{k} {:.0}%", s * 100.0))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                }),
+            ),
+            ("input-bound share (mean)", pct(c.mean_input_bound_share)),
+            ("CPU cores (mean)", opt(c.mean_cpu_cores, "", 2)),
+            (
+                "host memory (peak)",
+                opt(c.peak_memory_bytes.map(|b| b / GIB), " GiB", 2),
+            ),
+            (
+                "OOM headroom (batch can grow ×)",
+                opt(c.min_oom_batch_scale, "", 2),
+            ),
+            ("alerts", alerts_text(&c.alerts)),
+        ];
+        for (k, v) in rows {
+            if !v.is_empty() {
+                let _ = writeln!(o, "| {k} | {} |", v.replace('|', "\\|"));
+            }
+        }
+        if let Some(file) = chart(&c.name) {
+            let _ = writeln!(o, "\n![{}]({file})", c.name);
+        }
+        o.push('\n');
+    }
+    let _ = writeln!(o, "## GPUs\n");
+    let _ = writeln!(
+        o,
+        "| GPU | name | mean util | mean / peak temperature | peak memory | alerts |\n|---|---|---|---|---|---|"
+    );
+    for g in &r.gpus {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} / {} | {} | {} |",
+            g.index,
+            g.name,
+            opt(g.mean_utilization_percent, "%", 0),
+            opt(g.mean_temperature_celsius, " °C", 0),
+            opt(g.peak_temperature_celsius, " °C", 0),
+            opt(g.peak_memory_percent, "%", 1),
+            alerts_text(&g.alerts)
+        );
+    }
+    for g in &r.gpus {
+        if let Some(file) = chart(&format!("gpu{}", g.index)) {
+            let _ = writeln!(o, "\n![GPU {}]({file})", g.index);
+        }
+    }
+    o
+}
+
+/// One self-contained HTML page: the Markdown's content, with each chart's SVG inlined.
+pub fn html(r: &Report, svg: &dyn Fn(&str) -> Option<String>) -> String {
+    let esc = |t: &str| {
+        t.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    let mut o = String::from(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>gpuwatch report</title>\n\
+         <style>body{font-family:sans-serif;max-width:1250px;margin:auto;padding:1em}\
+         table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}\
+         .chart svg{max-width:100%;height:auto}</style></head><body>\n",
+    );
+    let _ = writeln!(o, "<h1>gpuwatch report: {}</h1>", esc(&r.recording));
+    let _ = writeln!(
+        o,
+        "<p>{} → {} ({:.0} s), {} GPU(s), {} container(s) on GPUs.</p>",
+        esc(&r.started_at),
+        esc(&r.ended_at),
+        r.duration_seconds,
+        r.gpus.len(),
+        r.containers.len()
+    );
+    o.push_str("<h2>Containers</h2>\n");
+    for c in &r.containers {
+        let _ = writeln!(o, "<h3>{}</h3>\n<table>", esc(&c.name));
+        let rows = [
+            ("image", c.image.clone()),
+            ("compose service", c.compose_service.clone()),
+            (
+                "span",
+                format!(
+                    "{} → {} ({:.0} s, {} samples)",
+                    c.first_seen, c.last_seen, c.duration_seconds, c.samples
+                ),
+            ),
+            ("GPU-hours", format!("{:.3}", c.gpu_hours)),
+            (
+                "GPU memory",
+                format!(
+                    "mean {:.2} GiB, peak {:.2} GiB",
+                    c.mean_gpu_memory_bytes / GIB,
+                    c.peak_gpu_memory_bytes / GIB
+                ),
+            ),
+            (
+                "GPU busy",
+                c.gpu_busy.as_ref().map_or("–".into(), |d| {
+                    format!(
+                        "mean {}, p10 {}, p50 {}, p90 {}",
+                        pct(Some(d.mean)),
+                        pct(Some(d.p10)),
+                        pct(Some(d.p50)),
+                        pct(Some(d.p90))
+                    )
+                }),
+            ),
+            (
+                "verdict",
+                c.main_verdict.clone().unwrap_or_else(|| "–".into()),
+            ),
+            ("input-bound share (mean)", pct(c.mean_input_bound_share)),
+            (
+                "OOM headroom (batch can grow ×)",
+                opt(c.min_oom_batch_scale, "", 2),
+            ),
+            ("alerts", alerts_text(&c.alerts)),
+        ];
+        for (k, v) in rows {
+            if !v.is_empty() {
+                let _ = writeln!(o, "<tr><th>{k}</th><td>{}</td></tr>", esc(&v));
+            }
+        }
+        o.push_str("</table>\n");
+        if let Some(s) = svg(&c.name) {
+            let _ = writeln!(o, "<div class=\"chart\">{s}</div>");
+        }
+    }
+    o.push_str("<h2>GPUs</h2>\n<table><tr><th>GPU</th><th>name</th><th>mean util</th><th>peak temperature</th><th>peak memory</th><th>alerts</th></tr>\n");
+    for g in &r.gpus {
+        let _ = writeln!(
+            o,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            g.index,
+            esc(&g.name),
+            opt(g.mean_utilization_percent, "%", 0),
+            opt(g.peak_temperature_celsius, " °C", 0),
+            opt(g.peak_memory_percent, "%", 1),
+            esc(&alerts_text(&g.alerts))
+        );
+    }
+    o.push_str("</table>\n");
+    for g in &r.gpus {
+        if let Some(s) = svg(&format!("gpu{}", g.index)) {
+            let _ = writeln!(o, "<div class=\"chart\">{s}</div>");
+        }
+    }
+    o.push_str("</body></html>\n");
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recording::{WorkloadSample, WorkloadSeries};
+
+    #[test]
+    fn gpu_hours_distribution_and_verdict_shares() {
+        let mut rec = Recording {
+            first_ms: 0,
+            last_ms: 9_000,
+            ..Default::default()
+        };
+        let samples = (0..10u64)
+            .map(|i| WorkloadSample {
+                unix_ms: i * 1000,
+                gpus: vec![0, 1],
+                gpu_memory_bytes: (i as f64 + 1.0) * GIB,
+                gpu_busy_fraction: Some(if i < 5 { 0.1 } else { 0.9 }),
+                verdict: Some(
+                    if i < 5 {
+                        "input-bound: I/O"
+                    } else {
+                        "GPU-bound"
+                    }
+                    .into(),
+                ),
+                input_bound_share: Some(if i < 5 { 0.8 } else { 0.0 }),
+                ..Default::default()
+            })
+            .collect();
+        rec.workloads.insert(
+            "docker:x".into(),
+            WorkloadSeries {
+                id: "docker:x".into(),
+                name: "train".into(),
+                samples,
+                ..Default::default()
+            },
+        );
+        rec.alerts.push(AlertRow {
+            unix_ms: 3000,
+            rule: "gpu_underutilized".into(),
+            state: "firing".into(),
+            summary: String::new(),
+            gpu: None,
+            workload_id: Some("docker:x".into()),
+        });
+        let r = summarise(&rec, "run.csv");
+        let c = &r.containers[0];
+        // 10 samples × 1 s × 2 GPUs = 20 GPU-seconds.
+        assert!((c.gpu_hours - 20.0 / 3600.0).abs() < 1e-9);
+        assert_eq!(c.peak_gpu_memory_bytes, 10.0 * GIB);
+        assert_eq!(c.gpu_busy_histogram, [0.5, 0.0, 0.0, 0.0, 0.5]);
+        assert!((c.verdicts["GPU-bound"] - 0.5).abs() < 1e-9);
+        assert!((c.mean_input_bound_share.unwrap() - 0.4).abs() < 1e-9);
+        assert_eq!(c.alerts["gpu_underutilized"].fired, 1);
+        let md = markdown(&r, &|n| {
+            (n == "train").then(|| "plots/container-train.png".into())
+        });
+        assert!(md.contains("| GPU-hours | 0.006 |"), "{md}");
+        assert!(md.contains("![train](plots/container-train.png)"));
+        let page = html(&r, &|_| Some("<svg></svg>".into()));
+        assert!(page.contains("<h3>train</h3>") && page.contains("<svg></svg>"));
+    }
+}

@@ -1,0 +1,215 @@
+//! `gpuwatch plot` and `gpuwatch report` on a real recording: a real container, the fake GPU
+//! warming up, an alert rule firing and resolving during the recording.
+mod support;
+
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+use support::*;
+
+fn gpuwatch(args: &[&str], scenario: Option<&Path>) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuwatch"));
+    cmd.args(args).env("NO_COLOR", "1");
+    if let Some(s) = scenario {
+        cmd.env("GPUWATCH_NVML_LIB", fake_nvml_lib())
+            .env("FAKE_NVML_SCENARIO", s);
+    }
+    cmd.output().unwrap()
+}
+
+/// Decodes a PNG; returns (width, height, share of pixels that are not white, distinct colours).
+fn png_stats(path: &Path) -> (u32, u32, f64, usize) {
+    let decoder = png::Decoder::new(std::fs::File::open(path).unwrap());
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let px = info.color_type.samples();
+    let pixels: Vec<&[u8]> = buf[..info.buffer_size()].chunks(px).collect();
+    let non_white = pixels.iter().filter(|p| p[..3] != [255, 255, 255]).count();
+    let mut colours: Vec<[u8; 3]> = pixels.iter().map(|p| [p[0], p[1], p[2]]).collect();
+    colours.sort_unstable();
+    colours.dedup();
+    (
+        info.width,
+        info.height,
+        non_white as f64 / pixels.len() as f64,
+        colours.len(),
+    )
+}
+
+#[test]
+fn plots_and_reports_a_real_recording() {
+    require_root();
+    let c = Container::start(
+        &unique("plot"),
+        &[("com.docker.compose.service", "trainer")],
+        "sleep 3600",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    let (pid, path) = (c.pid, scenario.clone());
+    let write = move |temp: u32, mem_gib: u64| {
+        let s = json!({"devices": [{"uuid": "GPU-plot", "temperature": temp,
+            "processes": [{"pid": pid, "used_memory_bytes": mem_gib * GIB, "sm_util": 70}]}]});
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, serde_json::to_vec(&s).unwrap()).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+    };
+    write(50, 10);
+    let config = dir.path().join("gpuwatch.yaml");
+    std::fs::write(
+        &config,
+        "alerts:\n  rules:\n    gpu_temperature_high: {above_celsius: 83, for: 0s}\n",
+    )
+    .unwrap();
+    let csv = dir.path().join("gpu_log.csv");
+    // The GPU heats past 83 °C and cools again while recording; memory climbs.
+    let script = std::thread::spawn({
+        move || {
+            for (temp, mem) in [(60, 12), (75, 14), (86, 16), (88, 18), (70, 18), (65, 18)] {
+                std::thread::sleep(Duration::from_millis(700));
+                write(temp, mem);
+            }
+        }
+    });
+    let out = gpuwatch(
+        &[
+            "-c",
+            config.to_str().unwrap(),
+            "record",
+            "--interval",
+            "250ms",
+            "--duration",
+            "5s",
+            "-o",
+            csv.to_str().unwrap(),
+        ],
+        Some(&scenario),
+    );
+    script.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.contains(",alert,") && l.contains("gpu_temperature_high")),
+        "alert rows recorded:\n{text}"
+    );
+
+    // plot: real PNG and SVG files, drawn, with text.
+    let plots = dir.path().join("plots");
+    let out = gpuwatch(
+        &["plot", csv.to_str().unwrap(), "-o", plots.to_str().unwrap()],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let gpu_png = plots.join("gpu0-temperature-memory.png");
+    let (w, h, ink, colours) = png_stats(&gpu_png);
+    assert_eq!((w, h), (1200, 500));
+    assert!(ink > 0.02 && colours > 20, "ink {ink}, {colours} colours");
+    let container_png = plots.join(format!("container-{}.png", c.name));
+    let (w, h, ink, _) = png_stats(&container_png);
+    assert_eq!((w, h), (1200, 900));
+    assert!(ink > 0.05, "GPU memory area and verdict bands drawn: {ink}");
+    let svg = std::fs::read_to_string(plots.join("gpu0-temperature-memory.svg")).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("Temperature") && svg.contains("<polyline"));
+
+    // report: JSON figures, Markdown with the charts beside it, self-contained HTML.
+    let out = gpuwatch(&["report", csv.to_str().unwrap(), "--format", "json"], None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mine = r["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == c.name.as_str())
+        .expect("the container is in the report");
+    assert_eq!(mine["compose_service"], "trainer");
+    assert_eq!(mine["gpus"], json!([0]));
+    let hours = mine["gpu_hours"].as_f64().unwrap();
+    assert!(
+        (hours * 3600.0 - 5.0).abs() < 1.5,
+        "about 5 GPU-seconds: {hours}"
+    );
+    assert!(mine["peak_gpu_memory_bytes"].as_f64().unwrap() >= (16 * GIB) as f64);
+    assert_eq!(mine["alerts"]["gpu_temperature_high"]["fired"], 1);
+    assert_eq!(mine["alerts"]["gpu_temperature_high"]["resolved"], 1);
+    assert_eq!(r["gpus"][0]["peak_temperature_celsius"], 88.0);
+
+    let md = dir.path().join("report.md");
+    let out = gpuwatch(
+        &["report", csv.to_str().unwrap(), "-o", md.to_str().unwrap()],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&md).unwrap();
+    let link = format!("](report.md-plots/container-{}.png)", c.name);
+    assert!(text.contains(&link), "{text}");
+    assert!(dir
+        .path()
+        .join(format!("report.md-plots/container-{}.png", c.name))
+        .exists());
+    let html = dir.path().join("report.html");
+    let out = gpuwatch(
+        &[
+            "report",
+            csv.to_str().unwrap(),
+            "--format",
+            "html",
+            "-o",
+            html.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(out.status.success());
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert_eq!(page.matches("<svg").count(), 2, "both charts inlined");
+    assert!(
+        !page.contains("src=\""),
+        "self-contained: no external files"
+    );
+
+    // A broken recording: the file and line are named.
+    std::fs::write(
+        &csv,
+        text_with_bad_cell(&std::fs::read_to_string(&csv).unwrap()),
+    )
+    .unwrap();
+    let out = gpuwatch(&["report", csv.to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("gpu_log.csv: line 2: column temperature_celsius"),
+        "{err}"
+    );
+}
+
+/// The recording with the first GPU row's temperature replaced by text.
+fn text_with_bad_cell(csv: &str) -> String {
+    let mut lines: Vec<String> = csv.lines().map(str::to_owned).collect();
+    let header: Vec<&str> = lines[0].split(',').collect();
+    let col = header
+        .iter()
+        .position(|h| *h == "temperature_celsius")
+        .unwrap();
+    let mut cells: Vec<String> = lines[1].split(',').map(str::to_owned).collect();
+    cells[col] = "hot".into();
+    lines[1] = cells.join(",");
+    lines.join("\n") + "\n"
+}
