@@ -22,4 +22,5 @@ pub mod sampler;
 pub mod serve;
 pub mod snapshot;
 pub mod sources;
+pub mod top;
 pub mod tracefs;

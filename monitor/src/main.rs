@@ -59,6 +59,10 @@ enum Command {
     /// Summarise a CSV recording per container and per GPU: GPU-hours, memory, utilisation
     /// distribution, verdicts, alerts, OOM headroom, with the charts.
     Report(ReportArgs),
+    /// A live view of GPUs and containers, refreshed every interval (q quits, s sorts, r
+    /// reverses, / filters, g shows GPU holders only). Logging is off while it runs: the
+    /// header shows each source's state.
+    Top(TopArgs),
     /// Print a shell completion script (e.g. `gpuwatch completions bash >
     /// /etc/bash_completion.d/gpuwatch`).
     Completions {
@@ -120,6 +124,15 @@ struct ReportArgs {
     /// when writing to standard output).
     #[arg(long)]
     plots: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct TopArgs {
+    #[command(flatten)]
+    sources: SourceArgs,
+    /// Time between samples (default: the config's `interval`, 1 s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    interval: Option<Duration>,
 }
 
 #[derive(Args)]
@@ -263,7 +276,13 @@ fn main() -> std::process::ExitCode {
 
 fn run() -> Result<()> {
     let cli = Cli::parse();
-    init_logging(cli.log_format, &cli.log)?;
+    // The live view owns the terminal: log lines would tear it.
+    let filter = if matches!(cli.command, Command::Top(_)) {
+        "off"
+    } else {
+        &cli.log
+    };
+    init_logging(cli.log_format, filter)?;
     match &cli.command {
         Command::CheckConfig { file } => return check_config(file),
         Command::Plot(args) => return plot(args),
@@ -296,6 +315,7 @@ fn run() -> Result<()> {
         Command::Doctor(args) => doctor(&args, &config),
         Command::Watch(args) => watch(&args, &config),
         Command::Serve(args) => serve(&args, &config),
+        Command::Top(args) => top(&args, &config),
         Command::CheckConfig { .. }
         | Command::Completions { .. }
         | Command::Man
@@ -691,4 +711,81 @@ fn tempfile_dir() -> Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("gpuwatch-report-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)
+}
+
+fn top(args: &TopArgs, config: &Config) -> Result<()> {
+    use gpuwatch::health::alerts::AlertEngine;
+    use gpuwatch::output::prometheus::Exported;
+    use gpuwatch::top::View;
+    use ratatui::crossterm::event::{self, Event, KeyEventKind};
+    use std::collections::BTreeMap;
+    use std::io::IsTerminal;
+    use std::sync::atomic::Ordering;
+    use std::time::Instant;
+    let interval = args.interval.unwrap_or(config.interval);
+    anyhow::ensure!(!interval.is_zero(), "--interval must be more than 0");
+    anyhow::ensure!(
+        std::io::stdout().is_terminal(),
+        "gpuwatch top needs a terminal; use `gpuwatch snapshot` or `record` in scripts"
+    );
+    let stop = stop_on_signals()?;
+    let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
+        .context("starting the agent")?;
+    let mut engine = AlertEngine::new(&config.alerts);
+    let mut xid_totals: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut publish = |agent: &mut Agent| {
+        let snapshot = agent.sampler.round();
+        engine.evaluate(&snapshot);
+        for g in &snapshot.gpus {
+            *xid_totals.entry(g.device.index).or_default() += g.device.xid_events.len() as u64;
+        }
+        Exported {
+            snapshot,
+            alerts: engine.active(),
+            xid_totals: xid_totals.clone(),
+        }
+    };
+    let mut view = View::new(std::env::var_os("NO_COLOR").is_none());
+    let mut exported = publish(&mut agent);
+    let mut terminal = ratatui::try_init().context("opening the terminal")?;
+    let result = (|| -> Result<()> {
+        let poll_every = Duration::from_millis(500);
+        let mut next = Instant::now() + interval;
+        let mut next_poll = Instant::now() + poll_every;
+        loop {
+            terminal
+                .draw(|f| view.draw(f, &exported))
+                .context("drawing")?;
+            loop {
+                if stop.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                // Wake for a key, the next round, the next NVML poll, or a signal check.
+                let wake = next.min(next_poll).min(Instant::now() + poll_every);
+                if event::poll(wake.saturating_duration_since(Instant::now()))
+                    .context("reading the keyboard")?
+                {
+                    if let Event::Key(k) = event::read().context("reading the keyboard")? {
+                        if k.kind == KeyEventKind::Press && !view.key(k) {
+                            return Ok(());
+                        }
+                    }
+                    break; // redraw for the key (or a resize)
+                }
+                let now = Instant::now();
+                if now >= next {
+                    exported = publish(&mut agent);
+                    next = (next + interval).max(now);
+                    next_poll = now + poll_every;
+                    break;
+                }
+                if now >= next_poll {
+                    agent.sampler.poll();
+                    next_poll = now + poll_every;
+                }
+            }
+        }
+    })();
+    ratatui::restore();
+    result
 }

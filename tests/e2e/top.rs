@@ -1,0 +1,145 @@
+//! `gpuwatch top` driven like a person would, under tmux: real containers, keys sent with
+//! `send-keys`, the screen read with `capture-pane`.
+mod support;
+
+use serde_json::json;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use support::*;
+
+/// A tmux server of its own (its own socket), killed on drop.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn new() -> Self {
+        Self {
+            socket: format!("gpuwatch-top-{}", std::process::id()),
+        }
+    }
+
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("tmux (Debian package `tmux`, installed by `cargo xtask setup`)")
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", "top"]).stdout).into_owned()
+    }
+
+    /// Waits until the screen satisfies `pred`; returns it.
+    fn wait_for(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let started = Instant::now();
+        loop {
+            let s = self.screen();
+            if pred(&s) {
+                return s;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(15),
+                "waiting for {what}; screen:\n{s}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "top"];
+        args.extend_from_slice(keys);
+        assert!(self.run(&args).status.success());
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill-server"]);
+    }
+}
+
+/// The line index of the first line containing `needle`.
+fn line_of(screen: &str, needle: &str) -> usize {
+    screen
+        .lines()
+        .position(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("{needle} not on screen:\n{screen}"))
+}
+
+#[test]
+fn live_view_sorts_filters_and_quits() {
+    require_root();
+    let big = Container::start(
+        &unique("top-big"),
+        &[("com.docker.compose.service", "big")],
+        "sleep 3600",
+    );
+    let busy = Container::start(&unique("top-busy"), &[], "sleep 3600");
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    std::fs::write(
+        &scenario,
+        serde_json::to_vec(&json!({"devices": [{"uuid": "GPU-top", "temperature": 61,
+            "processes": [
+                {"pid": big.pid, "used_memory_bytes": 40 * GIB, "sm_util": 10},
+                {"pid": busy.pid, "used_memory_bytes": 2 * GIB, "sm_util": 90}]}]}))
+        .unwrap(),
+    )
+    .unwrap();
+    let tmux = Tmux::new();
+    let command = format!(
+        "env FAKE_NVML_SCENARIO={} NO_COLOR=1 {} top --nvml-lib {} --interval 500ms",
+        scenario.display(),
+        env!("CARGO_BIN_EXE_gpuwatch"),
+        fake_nvml_lib().display()
+    );
+    let started = tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "top",
+        "-x",
+        "160",
+        "-y",
+        "30",
+        &command,
+    ]);
+    assert!(started.status.success(), "{started:?}");
+
+    // Both containers, the GPU, sorted by GPU memory: the big one first.
+    // (The first round has no window yet: BUSY fills in from the second.)
+    let has_busy = |s: &str, name: &str| {
+        s.lines()
+            .find(|l| l.contains(name))
+            .is_some_and(|l| l.split_whitespace().any(|w| w.ends_with('%')))
+    };
+    let s = tmux.wait_for("both containers with their GPU busy", |s| {
+        has_busy(s, &big.name) && has_busy(s, &busy.name)
+    });
+    assert!(s.contains("Fake NVIDIA H200") && s.contains("61"), "{s}");
+    assert!(s.contains("sorted by GPU memory"));
+    assert!(line_of(&s, &big.name) < line_of(&s, &busy.name), "{s}");
+
+    // s: sort by GPU busy — the busy one first.
+    tmux.keys(&["s"]);
+    let s = tmux.wait_for("sorted by GPU busy", |s| s.contains("sorted by GPU busy"));
+    assert!(line_of(&s, &busy.name) < line_of(&s, &big.name), "{s}");
+
+    // /: filter by part of a name; only that container stays.
+    tmux.keys(&["/"]);
+    tmux.keys(&["-l", "top-big"]);
+    tmux.keys(&["Enter"]);
+    let s = tmux.wait_for("the filter applied", |s| s.contains("filter \"top-big\""));
+    assert!(s.contains(&big.name) && !s.contains(&busy.name), "{s}");
+
+    // q: quits, and the terminal is given back (the session ends with the program).
+    tmux.keys(&["q"]);
+    let t = Instant::now();
+    while tmux.run(&["has-session", "-t", "top"]).status.success() {
+        assert!(t.elapsed() < Duration::from_secs(10), "top did not quit");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
