@@ -383,10 +383,11 @@ impl Collector for SnapshotCollector {
         family(
             &mut enc,
             "gpuwatch_container_gpu_sm_utilization",
-            "Mean SM utilisation of the container's processes' samples in the last window.",
+            "SM utilisation of the container's processes in the last window: their sample means, \
+             summed, at most 1 (NVML's per-process samples overlap, so the raw sum can pass 100%).",
             Some(Unit::Other("ratio".into())),
             Gauge,
-            per_gpu(|g| g.sm_util_percent.map(|v| v / 100.0)),
+            per_gpu(|g| g.sm_util_percent.map(|v| (v / 100.0).min(1.0))),
         )?;
         family(
             &mut enc,

@@ -27,7 +27,7 @@ pub struct GpuSummary {
     pub mean_temperature_celsius: Option<f64>,
     pub peak_temperature_celsius: Option<f64>,
     pub peak_memory_percent: Option<f64>,
-    /// Alert transitions about this GPU, by rule: (fired, resolved).
+    /// Alert transitions about this GPU (naming it, with or without a container), by rule.
     pub alerts: BTreeMap<String, AlertCount>,
 }
 
@@ -142,11 +142,7 @@ pub fn summarise(rec: &Recording, name: &str) -> Report {
                 .iter()
                 .filter_map(|s| s.memory_percent())
                 .reduce(f64::max),
-            alerts: count_alerts(
-                rec.alerts
-                    .iter()
-                    .filter(|a| a.gpu == Some(index) && a.workload_id.is_none()),
-            ),
+            alerts: count_alerts(rec.alerts.iter().filter(|a| a.gpu == Some(index))),
         })
         .collect();
     let containers = rec
