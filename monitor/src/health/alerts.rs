@@ -5,6 +5,7 @@
 //! back is reported, not silently lost.
 use super::rules::{self, Evaluation, Outcome, RuleState, Severity, Subject};
 use crate::config::AlertsConfig;
+use crate::output::rfc3339;
 use crate::snapshot::Snapshot;
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
@@ -190,16 +191,6 @@ fn new_alert(e: &Evaluation, now: u64) -> Alert {
         firing_since: None,
         resolved_at: None,
     }
-}
-
-fn rfc3339(unix_ms: u64) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(unix_ms) * 1_000_000)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! `gpuwatch report`: the end-of-run summary of a recording, per container (over its span in the
 //! recording) and per GPU, as JSON, Markdown (with the PNG charts beside it) or one
 //! self-contained HTML page (charts inlined as SVG).
+use crate::output::rfc3339;
 use crate::recording::{AlertRow, Recording, WorkloadSeries};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -96,16 +97,6 @@ fn distribution(mut v: Vec<f64>) -> Option<Distribution> {
 fn mean(v: impl Iterator<Item = f64>) -> Option<f64> {
     let (n, sum) = v.fold((0usize, 0.0), |(n, s), x| (n + 1, s + x));
     (n > 0).then(|| sum / n as f64)
-}
-
-fn rfc3339(ms: u64) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_default()
 }
 
 fn count_alerts<'a>(rows: impl Iterator<Item = &'a AlertRow>) -> BTreeMap<String, AlertCount> {
@@ -378,11 +369,7 @@ pub fn markdown(r: &Report, chart: &dyn Fn(&str) -> Option<String>) -> String {
 
 /// One self-contained HTML page: the Markdown's content, with each chart's SVG inlined.
 pub fn html(r: &Report, svg: &dyn Fn(&str) -> Option<String>) -> String {
-    let esc = |t: &str| {
-        t.replace('&', "&amp;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-    };
+    let esc = crate::output::html_escape;
     let mut o = String::from(
         "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>gpuwatch report</title>\n\
          <style>body{font-family:sans-serif;max-width:1250px;margin:auto;padding:1em}\

@@ -175,11 +175,7 @@ fn route(site: &Site, req: &Request<Incoming>) -> Response<Full<Bytes>> {
 
 fn landing(e: &Exported) -> String {
     let s = &e.snapshot;
-    let esc = |t: &str| {
-        t.replace('&', "&amp;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-    };
+    let esc = crate::output::html_escape;
     let firing = e
         .alerts
         .iter()
