@@ -82,16 +82,34 @@ pub fn latency_bucket(ns: u64) -> usize {
     }
 }
 
-/// Where the kernel keeps a tracked thread between events.
+/// Where the kernel keeps a tracked thread between events: its current state, the read in flight,
+/// and the time charged to it since its last flush into the per-task sums.
+///
+/// Charging the thread's own entry costs no second map lookup; the tally goes into the per-CPU
+/// `TASK_TIMES` sums only once it holds [`FLUSH_PENDING_NS`] of time or [`FLUSH_PENDING_SWITCHES`]
+/// switches, and when the thread exits. So a window read by userspace lags the truth by at most
+/// that much per thread.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadState {
+    /// The thread (its key in `THREADS`, kept to remove the entry through a pointer).
+    pub tid: u32,
+    pub pad: u32,
     pub since_ns: u64,
     pub cgroup_id: u64,
     pub tgid: u32,
     /// One of the `thread_state` constants.
     pub state: u32,
+    /// Start of the read-family syscall in flight; 0 when none.
+    pub read_start_ns: u64,
+    /// Charged since the last flush.
+    pub pending: TaskTimes,
 }
+
+/// A thread's tally goes into the per-task sums once it holds this much time...
+pub const FLUSH_PENDING_NS: u64 = 4_000_000;
+/// ... or this many switches.
+pub const FLUSH_PENDING_SWITCHES: u64 = 64;
 
 pub mod thread_state {
     pub const ON_CPU: u32 = 0;
@@ -120,7 +138,8 @@ pub struct RequestStart {
 /// Maximum number of (cgroup, tgid) entries in each per-task map (LRU: the least recently
 /// updated entry is evicted when full; userspace sees a counter go backwards and counts it).
 pub const TASK_MAP_ENTRIES: u32 = 16_384;
-/// Maximum number of threads tracked at once.
+/// Maximum number of threads tracked at once (threads of watched workloads only; an entry is
+/// 88 bytes, preallocated).
 pub const THREAD_MAP_ENTRIES: u32 = 65_536;
 /// Maximum number of block requests in flight tracked at once.
 pub const REQUEST_MAP_ENTRIES: u32 = 16_384;

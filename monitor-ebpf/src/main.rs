@@ -21,8 +21,9 @@ use aya_ebpf::{
 };
 use monitor_common::{
     latency_bucket, probe_stat, thread_state, IoStats, RequestKey, RequestStart, TaskKey,
-    TaskTimes, ThreadState, REQUEST_MAP_ENTRIES, TASK_EXITING, TASK_MAP_ENTRIES, TASK_REPORT_MASK,
-    TASK_UNINTERRUPTIBLE, THREAD_MAP_ENTRIES, WATCHED_CGROUP_ENTRIES,
+    TaskTimes, ThreadState, FLUSH_PENDING_NS, FLUSH_PENDING_SWITCHES, REQUEST_MAP_ENTRIES,
+    TASK_EXITING, TASK_MAP_ENTRIES, TASK_REPORT_MASK, TASK_UNINTERRUPTIBLE, THREAD_MAP_ENTRIES,
+    WATCHED_CGROUP_ENTRIES,
 };
 
 // Field offsets (and sizes), from /sys/kernel/tracing/events/<cat>/<event>/format.
@@ -59,8 +60,6 @@ static THREADS: LruHashMap<u32, ThreadState> = LruHashMap::with_max_entries(THRE
 #[map]
 static TASK_TIMES: LruPerCpuHashMap<TaskKey, TaskTimes> =
     LruPerCpuHashMap::with_max_entries(TASK_MAP_ENTRIES, 0);
-#[map]
-static READ_START: LruHashMap<u32, u64> = LruHashMap::with_max_entries(THREAD_MAP_ENTRIES, 0);
 #[map]
 static READ_STATS: LruPerCpuHashMap<TaskKey, IoStats> =
     LruPerCpuHashMap::with_max_entries(TASK_MAP_ENTRIES, 0);
@@ -129,28 +128,95 @@ fn per_cpu<V: Default>(map: &LruPerCpuHashMap<TaskKey, V>, key: &TaskKey) -> Res
     map.get_ptr_mut(key).ok_or(probe_stat::MAP_UPDATE_FAILED)
 }
 
-/// Charges the interval a tracked thread spent in its recorded state, up to `now`.
+/// Charges the interval a tracked thread spent in its recorded state, up to `now`, to its own
+/// tally, and flushes the tally into the per-task sums when it is due (see [`ThreadState`]).
+///
+/// # Safety
+/// `st` points to a live `THREADS` entry. Its writers are the CPU switching the thread and the
+/// CPU waking it, which happen one after the other, not at once.
 #[inline(always)]
-fn charge(st: &ThreadState, now: u64, extra_switch: bool, blocked_switch: bool) -> Result<(), u32> {
+unsafe fn charge(
+    st: *mut ThreadState,
+    now: u64,
+    extra_switch: bool,
+    blocked_switch: bool,
+) -> Result<(), u32> {
+    let dt = now.saturating_sub((*st).since_ns);
+    let p = &mut (*st).pending;
+    // `& 3`: the states are 0..=3; the mask lets the verifier bound the field LLVM may compute
+    // from the state instead of branching.
+    match (*st).state & 3 {
+        thread_state::ON_CPU => p.on_cpu_ns += dt,
+        thread_state::RUNQ => p.runq_ns += dt,
+        thread_state::BLOCKED => p.blocked_ns += dt,
+        _ => p.sleep_ns += dt,
+    }
+    p.switches += u64::from(extra_switch);
+    p.blocked_switches += u64::from(blocked_switch);
+    let held = p.on_cpu_ns + p.runq_ns + p.blocked_ns + p.sleep_ns;
+    if held >= FLUSH_PENDING_NS || p.switches >= FLUSH_PENDING_SWITCHES {
+        flush(st)?;
+    }
+    Ok(())
+}
+
+/// Adds the thread's tally to its task's per-CPU sums and clears it.
+///
+/// # Safety
+/// As for [`charge`].
+#[inline(always)]
+unsafe fn flush(st: *mut ThreadState) -> Result<(), u32> {
     let key = TaskKey {
-        cgroup_id: st.cgroup_id,
-        tgid: st.tgid,
+        cgroup_id: (*st).cgroup_id,
+        tgid: (*st).tgid,
         pad: 0,
     };
     let t = per_cpu(&TASK_TIMES, &key)?;
-    let dt = now.saturating_sub(st.since_ns);
-    // SAFETY: per-CPU value, written only by this CPU.
-    unsafe {
-        match st.state {
-            thread_state::ON_CPU => (*t).on_cpu_ns += dt,
-            thread_state::RUNQ => (*t).runq_ns += dt,
-            thread_state::BLOCKED => (*t).blocked_ns += dt,
-            _ => (*t).sleep_ns += dt,
-        }
-        (*t).switches += u64::from(extra_switch);
-        (*t).blocked_switches += u64::from(blocked_switch);
-    }
+    let p = (*st).pending;
+    (*t).on_cpu_ns += p.on_cpu_ns;
+    (*t).runq_ns += p.runq_ns;
+    (*t).blocked_ns += p.blocked_ns;
+    (*t).sleep_ns += p.sleep_ns;
+    (*t).switches += p.switches;
+    (*t).blocked_switches += p.blocked_switches;
+    (*st).pending = TaskTimes::default();
     Ok(())
+}
+
+/// The entry of thread `tid`, if it is tracked.
+#[inline(always)]
+fn thread(tid: u32) -> Option<*mut ThreadState> {
+    THREADS.get_ptr_mut(&tid)
+}
+
+/// The current thread's entry: looked up by tid first (a thread has one only if its cgroup was
+/// watched when it was first seen), else created when its cgroup is watched now.
+#[inline(always)]
+fn current_thread(now: u64) -> Result<Option<(*mut ThreadState, bool)>, u32> {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if tgid == 0 {
+        return Ok(None); // the idle task
+    }
+    let tid = pid_tgid as u32;
+    if let Some(st) = THREADS.get_ptr_mut(&tid) {
+        return Ok(Some((st, false)));
+    }
+    let Some((key, _)) = current_task() else {
+        return Ok(None);
+    };
+    let st = ThreadState {
+        tid,
+        since_ns: now,
+        cgroup_id: key.cgroup_id,
+        tgid,
+        state: thread_state::ON_CPU,
+        ..ThreadState::default()
+    };
+    THREADS
+        .insert(&tid, &st, 0)
+        .map_err(|_| probe_stat::MAP_UPDATE_FAILED)?;
+    Ok(THREADS.get_ptr_mut(&tid).map(|st| (st, true)))
 }
 
 fn finish(r: Result<(), u32>) -> u32 {
@@ -168,7 +234,7 @@ pub fn sched_switch(ctx: TracePointContext) -> u32 {
 fn try_sched_switch(ctx: &TracePointContext) -> Result<(), u32> {
     let now = unsafe { bpf_ktime_get_ns() };
     // The outgoing task is current.
-    if let Some((key, tid)) = current_task() {
+    if let Some((st, _)) = current_thread(now)? {
         let prev_state: u64 = if global(&SCHED_SWITCH_PREV_STATE_SIZE) == 8 {
             field::<u64>(ctx, &SCHED_SWITCH_PREV_STATE_OFFSET)?
         } else {
@@ -182,59 +248,30 @@ fn try_sched_switch(ctx: &TracePointContext) -> Result<(), u32> {
         } else {
             thread_state::SLEEP
         };
-        // Update the thread's entry in place when it has one: replacing an element of an LRU
-        // hash allocates, and this runs on every context switch.
-        match THREADS.get_ptr_mut(&tid) {
-            Some(st) => {
-                // SAFETY: the entry stays valid for this program's run; only the CPU running the
-                // thread updates it here.
-                let copy = unsafe { *st };
-                let on_cpu = if copy.state == thread_state::ON_CPU {
-                    copy
-                } else {
-                    // its switch-in was missed: charge no on-CPU time
-                    ThreadState {
-                        since_ns: now,
-                        ..copy
-                    }
-                };
-                charge(&on_cpu, now, true, blocked)?;
-                if prev_state & TASK_EXITING != 0 {
-                    let _ = THREADS.remove(&tid);
-                } else {
-                    unsafe {
-                        (*st).since_ns = now;
-                        (*st).state = state;
-                        (*st).cgroup_id = key.cgroup_id;
-                    }
-                }
+        // SAFETY: `st` is this thread's live entry (see `charge`).
+        unsafe {
+            if (*st).state != thread_state::ON_CPU {
+                // its switch-in was missed: charge no on-CPU time
+                (*st).since_ns = now;
+                (*st).state = thread_state::ON_CPU;
             }
-            None => {
-                let st = ThreadState {
-                    since_ns: now,
-                    cgroup_id: key.cgroup_id,
-                    tgid: key.tgid,
-                    state: thread_state::ON_CPU,
-                };
-                charge(&st, now, true, blocked)?;
-                if prev_state & TASK_EXITING == 0 {
-                    let st = ThreadState { state, ..st };
-                    THREADS
-                        .insert(&tid, &st, 0)
-                        .map_err(|_| probe_stat::MAP_UPDATE_FAILED)?;
-                }
+            charge(st, now, true, blocked)?;
+            if prev_state & TASK_EXITING != 0 {
+                flush(st)?;
+                let _ = THREADS.remove(&(*st).tid);
+            } else {
+                (*st).since_ns = now;
+                (*st).state = state;
             }
         }
     }
     // The incoming task: close whatever it was waiting in (normally the run queue).
     let next: i32 = field(ctx, &SCHED_SWITCH_NEXT_PID_OFFSET)?;
     let next = next as u32;
-    if let Some(st) = THREADS.get_ptr_mut(&next) {
-        // SAFETY: the entry stays valid for this program's run; concurrent updates of one
-        // thread's entry cannot happen (a thread is switched in on one CPU at a time).
-        let copy = unsafe { *st };
-        charge(&copy, now, false, false)?;
+    if let Some(st) = thread(next) {
+        // SAFETY: as above; a thread is switched in on one CPU at a time.
         unsafe {
+            charge(st, now, false, false)?;
             (*st).state = thread_state::ON_CPU;
             (*st).since_ns = now;
         }
@@ -251,15 +288,15 @@ fn try_sched_wakeup(ctx: &TracePointContext) -> Result<(), u32> {
     // Current is the waker: the woken thread comes from the record.
     let pid: i32 = field(ctx, &SCHED_WAKEUP_PID_OFFSET)?;
     let pid = pid as u32;
-    let Some(st) = THREADS.get_ptr_mut(&pid) else {
+    let Some(st) = thread(pid) else {
         return Ok(());
     };
-    let now = unsafe { bpf_ktime_get_ns() };
-    // SAFETY: see try_sched_switch.
-    let copy = unsafe { *st };
-    if copy.state == thread_state::BLOCKED || copy.state == thread_state::SLEEP {
-        charge(&copy, now, false, false)?;
-        unsafe {
+    // SAFETY: see `charge`.
+    unsafe {
+        let state = (*st).state;
+        if state == thread_state::BLOCKED || state == thread_state::SLEEP {
+            let now = bpf_ktime_get_ns();
+            charge(st, now, false, false)?;
             (*st).state = thread_state::RUNQ;
             (*st).since_ns = now;
         }
@@ -269,9 +306,12 @@ fn try_sched_wakeup(ctx: &TracePointContext) -> Result<(), u32> {
 
 #[tracepoint]
 pub fn sched_process_exit(_ctx: TracePointContext) -> u32 {
-    // The exiting thread is current; its last switch-out (state X) removes its entry too.
-    let tid = bpf_get_current_pid_tgid() as u32;
-    let _ = READ_START.remove(&tid);
+    // The exiting thread is current: its tally goes into the sums now. (Its last switch-out,
+    // state X, flushes what little comes after and removes the entry.)
+    if let Some(st) = thread(bpf_get_current_pid_tgid() as u32) {
+        // SAFETY: see `charge`.
+        finish(unsafe { flush(st) });
+    }
     0
 }
 
@@ -281,20 +321,12 @@ pub fn sys_enter_read(_ctx: TracePointContext) -> u32 {
 }
 
 fn try_sys_enter_read() -> Result<(), u32> {
-    let Some((_, tid)) = current_task() else {
-        return Ok(());
-    };
     let now = unsafe { bpf_ktime_get_ns() };
-    // In place when the thread has read before (the common case): replacing an element of an
-    // LRU hash allocates.
-    if let Some(start) = READ_START.get_ptr_mut(&tid) {
-        // SAFETY: only this thread, on this CPU, writes its slot.
-        unsafe { *start = now };
-        return Ok(());
+    if let Some((st, _)) = current_thread(now)? {
+        // SAFETY: only this thread, running here, writes its read start.
+        unsafe { (*st).read_start_ns = now };
     }
-    READ_START
-        .insert(&tid, &now, 0)
-        .map_err(|_| probe_stat::MAP_UPDATE_FAILED)
+    Ok(())
 }
 
 #[tracepoint]
@@ -303,15 +335,21 @@ pub fn sys_exit_read(ctx: TracePointContext) -> u32 {
 }
 
 fn try_sys_exit_read(ctx: &TracePointContext) -> Result<(), u32> {
-    let Some((key, tid)) = current_task() else {
-        return Ok(());
+    let Some(st) = thread(bpf_get_current_pid_tgid() as u32) else {
+        return Ok(()); // not a watched thread
     };
-    let Some(slot) = READ_START.get_ptr_mut(&tid) else {
-        return Err(probe_stat::UNMATCHED_END);
+    // SAFETY: only this thread, running here, writes its read start; 0 marks none in flight.
+    let (start, key) = unsafe {
+        let start = core::mem::replace(&mut (*st).read_start_ns, 0);
+        (
+            start,
+            TaskKey {
+                cgroup_id: (*st).cgroup_id,
+                tgid: (*st).tgid,
+                pad: 0,
+            },
+        )
     };
-    // SAFETY: only this thread writes its slot. 0 marks "no read in flight"; the entry stays for
-    // the thread's next read and goes at its exit.
-    let start = unsafe { core::mem::replace(&mut *slot, 0) };
     if start == 0 {
         return Err(probe_stat::UNMATCHED_END);
     }
