@@ -196,12 +196,20 @@ scrape_configs:
         result["value"][1].as_str().unwrap().parse::<f64>().unwrap(),
         (3 * GIB) as f64
     );
-    // Without credentials the same target is refused.
+    // Without credentials the same target is refused. (Each job's first scrape comes at its own
+    // offset within the interval: wait for it.)
     let up = |job: &str| {
-        let r = promql(&prom, &format!("up{{job=\"{job}\"}}"));
-        r["data"]["result"][0]["value"][1]
-            .as_str()
-            .map(str::to_owned)
+        let started = Instant::now();
+        loop {
+            let r = promql(&prom, &format!("up{{job=\"{job}\"}}"));
+            if let Some(v) = r["data"]["result"][0]["value"][1].as_str() {
+                return Some(v.to_owned());
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
     };
     assert_eq!(up("gpuwatch").as_deref(), Some("1"));
     assert_eq!(up("gpuwatch-no-credentials").as_deref(), Some("0"));
