@@ -91,6 +91,50 @@ fn promql(prom: &str, query: &str) -> Value {
     }
 }
 
+/// Starts a real Prometheus on a free port with `scrape_configs` (YAML, indented by two spaces);
+/// returns it with its URL.
+fn prometheus(dir: &Path, scrape_configs: &str) -> (Running, String) {
+    let port = free_port();
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nrule_files: [{}]\nscrape_configs:\n{scrape_configs}",
+            deploy().join("prometheus/gpuwatch-rules.yml").display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("tsdb").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .arg("--log.level=warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("prometheus (Debian package `prometheus`, installed by `cargo xtask setup`)");
+    (Running(child), format!("http://127.0.0.1:{port}"))
+}
+
+/// `up` of a scrape job, once it has been scraped (each job's first scrape comes at its own
+/// offset within the interval).
+fn up(prom: &str, job: &str) -> Option<String> {
+    let started = Instant::now();
+    loop {
+        let r = promql(prom, &format!("up{{job=\"{job}\"}}"));
+        if let Some(v) = r["data"]["result"][0]["value"][1].as_str() {
+            return Some(v.to_owned());
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
 #[test]
 fn prometheus_scrapes_it_over_tls_with_basic_auth() {
     require_root();
@@ -130,16 +174,10 @@ fn prometheus_scrapes_it_over_tls_with_basic_auth() {
     assert!(addr.starts_with("https://127.0.0.1:"), "{addr}");
     let target = addr.trim_start_matches("https://").to_owned();
 
-    let prom_port = free_port();
-    let prom = format!("http://127.0.0.1:{prom_port}");
-    let prom_config = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &prom_config,
-        format!(
-            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}
-rule_files: [{rules}]
-scrape_configs:
-  - job_name: gpuwatch
+    let (_prometheus, prom) = prometheus(
+        dir.path(),
+        &format!(
+            "  - job_name: gpuwatch
     scheme: https
     tls_config: {{ca_file: {ca}, server_name: localhost}}
     basic_auth: {{username: prom, password: s3cret}}
@@ -149,24 +187,8 @@ scrape_configs:
     tls_config: {{ca_file: {ca}, server_name: localhost}}
     static_configs: [{{targets: ['{target}']}}]
 ",
-            rules = deploy().join("prometheus/gpuwatch-rules.yml").display(),
             ca = cert_pem.display(),
         ),
-    )
-    .unwrap();
-    let _prometheus = Running(
-        Command::new("prometheus")
-            .arg(format!("--config.file={}", prom_config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("tsdb").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
-            .arg("--log.level=warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("prometheus (Debian package `prometheus`, installed by `cargo xtask setup`)"),
     );
 
     // The container's GPU memory, as Prometheus stored it from a TLS + basic-auth scrape.
@@ -196,23 +218,9 @@ scrape_configs:
         result["value"][1].as_str().unwrap().parse::<f64>().unwrap(),
         (3 * GIB) as f64
     );
-    // Without credentials the same target is refused. (Each job's first scrape comes at its own
-    // offset within the interval: wait for it.)
-    let up = |job: &str| {
-        let started = Instant::now();
-        loop {
-            let r = promql(&prom, &format!("up{{job=\"{job}\"}}"));
-            if let Some(v) = r["data"]["result"][0]["value"][1].as_str() {
-                return Some(v.to_owned());
-            }
-            if started.elapsed() > Duration::from_secs(30) {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(300));
-        }
-    };
-    assert_eq!(up("gpuwatch").as_deref(), Some("1"));
-    assert_eq!(up("gpuwatch-no-credentials").as_deref(), Some("0"));
+    // Without credentials the same target is refused.
+    assert_eq!(up(&prom, "gpuwatch").as_deref(), Some("1"));
+    assert_eq!(up(&prom, "gpuwatch-no-credentials").as_deref(), Some("0"));
     // Prometheus loaded every shipped rule.
     let (status, rules) = get(&format!("{prom}/api/v1/rules"));
     assert_eq!(status, 200);
@@ -222,6 +230,65 @@ scrape_configs:
         .unwrap()
         .len();
     assert_eq!(loaded, 13, "{rules}");
+}
+
+#[test]
+fn mutual_tls_admits_only_clients_with_a_certificate_from_the_ca() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    std::fs::write(&scenario, br#"{"devices": [{"uuid": "GPU-mtls"}]}"#).unwrap();
+    let write = |name: &str, text: String| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    // A CA for clients, a client certificate it signs, and a server certificate.
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, rcgen::KeyPair::generate().unwrap())
+        .unwrap();
+    let client_key = rcgen::KeyPair::generate().unwrap();
+    let client = rcgen::CertificateParams::new(vec!["prometheus".to_owned()])
+        .unwrap()
+        .signed_by(&client_key, &ca)
+        .unwrap();
+    let server = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    write("clients-ca.pem", ca.pem());
+    let client_pem = write("client.pem", client.pem());
+    let client_key_pem = write("client.key", client_key.serialize_pem());
+    let server_pem = write("server.pem", server.cert.pem());
+    write("server.key", server.signing_key.serialize_pem());
+    let web = write(
+        "web.yml",
+        "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n  \
+         client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: clients-ca.pem\n"
+            .to_owned(),
+    );
+    let (_agent, addr) = serve(
+        &scenario,
+        &["--no-docker", "--web.config.file", web.to_str().unwrap()],
+    );
+    let target = addr.trim_start_matches("https://").to_owned();
+    let (_prometheus, prom) = prometheus(
+        dir.path(),
+        &format!(
+            "  - job_name: with-client-cert
+    scheme: https
+    tls_config: {{ca_file: {server}, server_name: localhost, cert_file: {cert}, key_file: {key}}}
+    static_configs: [{{targets: ['{target}']}}]
+  - job_name: without-client-cert
+    scheme: https
+    tls_config: {{ca_file: {server}, server_name: localhost}}
+    static_configs: [{{targets: ['{target}']}}]
+",
+            server = server_pem.display(),
+            cert = client_pem.display(),
+            key = client_key_pem.display(),
+        ),
+    );
+    assert_eq!(up(&prom, "with-client-cert").as_deref(), Some("1"));
+    assert_eq!(up(&prom, "without-client-cert").as_deref(), Some("0"));
 }
 
 #[test]
