@@ -1,5 +1,6 @@
 //! The snapshot: one immutable picture of the host per sampling round. Every output (table, JSON,
-//! later CSV, Prometheus, reports) reads snapshots; none queries a source itself.
+//! CSV, Prometheus, plots, reports, the live view) and every health check reads snapshots; none
+//! queries a source itself.
 //!
 //! The JSON form is documented in `docs/snapshot-schema.md`; bump [`SCHEMA_VERSION`] on any
 //! incompatible change.
