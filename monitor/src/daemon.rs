@@ -20,7 +20,7 @@ pub fn run_rounds<E>(
     interval: Duration,
     duration: Option<Duration>,
     stop: &AtomicBool,
-    mut each: impl FnMut(&Snapshot, &RoundOutcome, &AlertEngine) -> Result<(), E>,
+    mut each: impl FnMut(Snapshot, &RoundOutcome, &AlertEngine) -> Result<(), E>,
 ) -> Result<(), E> {
     let started = Instant::now();
     let mut snap = agent.sampler.round();
@@ -38,7 +38,8 @@ pub fn run_rounds<E>(
                 format_args!("{} {:?} held back by the rate limit", a.key, a.state),
             );
         }
-        if let Err(e) = each(&snap, &round, &engine) {
+        // The round is the caller's now (to print, or to publish without a copy).
+        if let Err(e) = each(snap, &round, &engine) {
             break Err(e);
         }
         if duration.is_some_and(|d| started.elapsed() >= d) || !agent.wait_polling(next, stop) {

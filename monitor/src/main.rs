@@ -130,9 +130,8 @@ struct ReportArgs {
 struct TopArgs {
     #[command(flatten)]
     sources: SourceArgs,
-    /// Time between samples (default: the config's `interval`, 1 s).
-    #[arg(long, value_parser = humantime::parse_duration)]
-    interval: Option<Duration>,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(Args)]
@@ -146,24 +145,16 @@ struct ServeArgs {
     /// (`basic_auth_users`, bcrypt), as Prometheus exporters read it.
     #[arg(long = "web.config.file")]
     web_config_file: Option<PathBuf>,
-    /// Time between samples (default: the config's `interval`, 1 s).
-    #[arg(long, value_parser = humantime::parse_duration)]
-    interval: Option<Duration>,
-    /// Stop after this long (default: until Ctrl-C or SIGTERM).
-    #[arg(long, value_parser = humantime::parse_duration)]
-    duration: Option<Duration>,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(Args)]
 struct WatchArgs {
     #[command(flatten)]
     sources: SourceArgs,
-    /// Time between evaluations (default: the config's `interval`, 1 s).
-    #[arg(long, value_parser = humantime::parse_duration)]
-    interval: Option<Duration>,
-    /// Stop after this long (default: until Ctrl-C or SIGTERM).
-    #[arg(long, value_parser = humantime::parse_duration)]
-    duration: Option<Duration>,
+    #[command(flatten)]
+    run: RunArgs,
     /// Print each transition as a JSON line (the webhook's body) instead of text.
     #[arg(long)]
     json: bool,
@@ -181,17 +172,33 @@ enum RecordFormat {
 struct RecordArgs {
     #[command(flatten)]
     sources: SourceArgs,
+    #[command(flatten)]
+    run: RunArgs,
+    /// Where to write; `-` is standard output.
+    #[arg(long, short, default_value = "-")]
+    output: PathBuf,
+    #[arg(long, value_enum, default_value_t = RecordFormat::Csv)]
+    format: RecordFormat,
+}
+
+/// How long a continuous command runs, and how often it samples.
+#[derive(Args)]
+struct RunArgs {
     /// Time between samples (default: the config's `interval`, 1 s).
     #[arg(long, value_parser = humantime::parse_duration)]
     interval: Option<Duration>,
     /// Stop after this long (default: until Ctrl-C or SIGTERM).
     #[arg(long, value_parser = humantime::parse_duration)]
     duration: Option<Duration>,
-    /// Where to write; `-` is standard output.
-    #[arg(long, short, default_value = "-")]
-    output: PathBuf,
-    #[arg(long, value_enum, default_value_t = RecordFormat::Csv)]
-    format: RecordFormat,
+}
+
+impl RunArgs {
+    /// The interval: the flag, else the config's; never zero.
+    fn interval(&self, config: &Config) -> Result<Duration> {
+        let interval = self.interval.unwrap_or(config.interval);
+        anyhow::ensure!(!interval.is_zero(), "--interval must be more than 0");
+        Ok(interval)
+    }
 }
 
 /// Where the agent gets its data; each flag overrides the config file's `sources:`.
@@ -396,8 +403,7 @@ fn snapshot(args: &SnapshotArgs, config: &Config) -> Result<()> {
 fn record(args: &RecordArgs, config: &Config) -> Result<()> {
     use std::io::IsTerminal;
     use std::sync::atomic::Ordering;
-    let interval = args.interval.unwrap_or(config.interval);
-    anyhow::ensure!(!interval.is_zero(), "--interval must be more than 0");
+    let interval = args.run.interval(config)?;
     let stop = stop_on_signals()?;
     let to_stdout = args.output.as_os_str() == "-";
     let name = if to_stdout {
@@ -449,7 +455,7 @@ fn record(args: &RecordArgs, config: &Config) -> Result<()> {
                 started.elapsed()
             );
         }
-        if args.duration.is_some_and(|d| started.elapsed() >= d) {
+        if args.run.duration.is_some_and(|d| started.elapsed() >= d) {
             break;
         }
         next += interval;
@@ -509,8 +515,7 @@ fn doctor(args: &DoctorArgs, config: &Config) -> Result<()> {
 
 fn watch(args: &WatchArgs, config: &Config) -> Result<()> {
     use gpuwatch::notify::Notification;
-    let interval = args.interval.unwrap_or(config.interval);
-    anyhow::ensure!(!interval.is_zero(), "--interval must be more than 0");
+    let interval = args.run.interval(config)?;
     let stop = stop_on_signals()?;
     let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
         .context("starting the agent")?;
@@ -519,7 +524,7 @@ fn watch(args: &WatchArgs, config: &Config) -> Result<()> {
         &mut agent,
         config,
         interval,
-        args.duration,
+        args.run.duration,
         &stop,
         |snap, round, _| -> Result<()> {
             for a in &round.notify {
@@ -548,8 +553,7 @@ fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
     use gpuwatch::serve::{Published, Site};
     use std::collections::BTreeMap;
     use std::sync::{Arc, RwLock};
-    let interval = args.interval.unwrap_or(config.interval);
-    anyhow::ensure!(!interval.is_zero(), "--interval must be more than 0");
+    let interval = args.run.interval(config)?;
     let web = match &args.web_config_file {
         Some(p) => WebConfig::load(p)?.0,
         None => WebConfig::default(),
@@ -594,14 +598,12 @@ fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
         &mut agent,
         config,
         interval,
-        args.duration,
+        args.run.duration,
         &stop,
         |snap, _, engine| -> Result<()> {
-            for g in &snap.gpus {
-                *xid_totals.entry(g.device.index).or_default() += g.device.xid_events.len() as u64;
-            }
+            gpuwatch::output::prometheus::count_xids(&mut xid_totals, &snap);
             let exported = Arc::new(Exported {
-                snapshot: snap.clone(),
+                snapshot: snap,
                 alerts: engine.active(),
                 xid_totals: xid_totals.clone(),
             });
@@ -722,8 +724,7 @@ fn top(args: &TopArgs, config: &Config) -> Result<()> {
     use std::io::IsTerminal;
     use std::sync::atomic::Ordering;
     use std::time::Instant;
-    let interval = args.interval.unwrap_or(config.interval);
-    anyhow::ensure!(!interval.is_zero(), "--interval must be more than 0");
+    let interval = args.run.interval(config)?;
     anyhow::ensure!(
         std::io::stdout().is_terminal(),
         "gpuwatch top needs a terminal; use `gpuwatch snapshot` or `record` in scripts"
@@ -736,9 +737,7 @@ fn top(args: &TopArgs, config: &Config) -> Result<()> {
     let mut publish = |agent: &mut Agent| {
         let snapshot = agent.sampler.round();
         engine.evaluate(&snapshot);
-        for g in &snapshot.gpus {
-            *xid_totals.entry(g.device.index).or_default() += g.device.xid_events.len() as u64;
-        }
+        gpuwatch::output::prometheus::count_xids(&mut xid_totals, &snapshot);
         Exported {
             snapshot,
             alerts: engine.active(),
@@ -750,6 +749,7 @@ fn top(args: &TopArgs, config: &Config) -> Result<()> {
     let mut terminal = ratatui::try_init().context("opening the terminal")?;
     let result = (|| -> Result<()> {
         let poll_every = Duration::from_millis(500);
+        let started = Instant::now();
         let mut next = Instant::now() + interval;
         let mut next_poll = Instant::now() + poll_every;
         loop {
@@ -757,7 +757,9 @@ fn top(args: &TopArgs, config: &Config) -> Result<()> {
                 .draw(|f| view.draw(f, &exported))
                 .context("drawing")?;
             loop {
-                if stop.load(Ordering::Relaxed) {
+                if stop.load(Ordering::Relaxed)
+                    || args.run.duration.is_some_and(|d| started.elapsed() >= d)
+                {
                     return Ok(());
                 }
                 // Wake for a key, the next round, the next NVML poll, or a signal check.

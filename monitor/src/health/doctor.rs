@@ -396,14 +396,17 @@ pub fn examine(snaps: &[Snapshot], c: &DoctorConfig) -> Report {
 
     // Ghost processes, as the alert rule sees them.
     let mut ghosts = 0;
+    let workloads = rules::workload_index(last);
     for g in &last.gpus {
         for p in &g.processes {
-            let owner = p
+            let current = p
                 .workload
                 .as_ref()
-                .and_then(|id| last.workloads.iter().find(|w| &w.id == id))
-                .map(ContainerRef::of);
-            if let Outcome::Breached(f) = rules::ghost_outcome(last, g, p, owner.as_ref()) {
+                .and_then(|id| workloads.get(id).copied());
+            let owner = current.map(ContainerRef::of);
+            if let Outcome::Breached(f) =
+                rules::ghost_outcome(last.sources.docker.up, g, p, current, owner.as_ref())
+            {
                 ghosts += 1;
                 check(
                     "ghost_process",

@@ -308,6 +308,7 @@ pub fn evaluate(config: &RulesConfig, state: &mut RuleState, snap: &Snapshot) ->
             .clone()
             .unwrap_or_else(|| format!("index-{}", g.device.index))
     };
+    let workloads = workload_index(snap);
     // The container using the most memory on a GPU, to name in GPU-level alerts.
     let top_user = |g: &Gpu| -> Option<ContainerRef> {
         let mut by: HashMap<&WorkloadId, u64> = HashMap::new();
@@ -317,10 +318,7 @@ pub fn evaluate(config: &RulesConfig, state: &mut RuleState, snap: &Snapshot) ->
             }
         }
         let (id, _) = by.into_iter().max_by_key(|(_, m)| *m)?;
-        snap.workloads
-            .iter()
-            .find(|w| &w.id == id)
-            .map(ContainerRef::of)
+        workloads.get(id).map(|w| ContainerRef::of(w))
     };
     let mut push = |rule: &'static str,
                     severity: Severity,
@@ -541,9 +539,7 @@ pub fn evaluate(config: &RulesConfig, state: &mut RuleState, snap: &Snapshot) ->
     }
 
     // Per workload holding a GPU (and, for CPU memory, any container).
-    let mut seen: Vec<&WorkloadId> = Vec::new();
     for w in &snap.workloads {
-        seen.push(&w.id);
         let subject = || Subject {
             gpu: None,
             container: Some(ContainerRef::of(w)),
@@ -669,20 +665,20 @@ pub fn evaluate(config: &RulesConfig, state: &mut RuleState, snap: &Snapshot) ->
             }
         }
     }
-    state.gpu_memory.retain(|id, _| seen.contains(&id));
-    state.cpu_memory.retain(|id, _| seen.contains(&id));
+    state.gpu_memory.retain(|id, _| workloads.contains_key(id));
+    state.cpu_memory.retain(|id, _| workloads.contains_key(id));
 
     // Per GPU process: ghosts.
     let r = &config.ghost_process;
-    let mut live_pids = Vec::new();
+    let mut live_pids = std::collections::HashSet::new();
     for g in &snap.gpus {
         for p in &g.processes {
-            live_pids.push(p.reading.pid);
-            let owner = p
+            live_pids.insert(p.reading.pid);
+            let current = p
                 .workload
                 .as_ref()
-                .and_then(|id| snap.workloads.iter().find(|w| &w.id == id))
-                .map(ContainerRef::of);
+                .and_then(|id| workloads.get(id).copied());
+            let owner = current.map(ContainerRef::of);
             if let Some(o) = &owner {
                 state.owners.insert(p.reading.pid, o.clone());
             }
@@ -690,7 +686,7 @@ pub fn evaluate(config: &RulesConfig, state: &mut RuleState, snap: &Snapshot) ->
                 continue;
             }
             let owner = owner.or_else(|| state.owners.get(&p.reading.pid).cloned());
-            let outcome = ghost_outcome(snap, g, p, owner.as_ref());
+            let outcome = ghost_outcome(snap.sources.docker.up, g, p, current, owner.as_ref());
             push(
                 "ghost_process",
                 r.severity,
@@ -752,10 +748,18 @@ fn leak_outcome(r: &LeakRule, series: &Series, name: &str, what: &str, gpu: bool
     }
 }
 
+/// The snapshot's workloads by id, built once per evaluation (lookups per GPU and per process).
+pub(crate) fn workload_index(snap: &Snapshot) -> HashMap<&WorkloadId, &Workload> {
+    snap.workloads.iter().map(|w| (&w.id, w)).collect()
+}
+
+/// Whether process `p` on `g` is a ghost. `current` is the workload its cgroup names in this
+/// snapshot; `owner` the container it last belonged to (to name it after it is gone).
 pub(crate) fn ghost_outcome(
-    snap: &Snapshot,
+    docker_up: bool,
     g: &Gpu,
     p: &GpuProcess,
+    current: Option<&Workload>,
     owner: Option<&ContainerRef>,
 ) -> Outcome {
     let mib = p.reading.used_memory_bytes.unwrap_or(0) as f64 / MIB;
@@ -799,15 +803,11 @@ pub(crate) fn ghost_outcome(
         );
     }
     // A Docker cgroup that Docker does not know: the container is gone but its process is not.
-    let in_dead_container = snap.sources.docker.up
-        && p.workload.as_ref().is_some_and(|id| {
-            id.kind == WorkloadKind::Docker
-                && snap
-                    .workloads
-                    .iter()
-                    .find(|w| &w.id == id)
-                    .is_none_or(|w| w.container.is_none())
-        });
+    let in_dead_container = docker_up
+        && p.workload
+            .as_ref()
+            .is_some_and(|id| id.kind == WorkloadKind::Docker)
+        && current.is_none_or(|w| w.container.is_none());
     if in_dead_container {
         return breached(
             mib,

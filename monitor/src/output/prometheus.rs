@@ -27,6 +27,13 @@ pub struct Exported {
     pub xid_totals: BTreeMap<u32, u64>,
 }
 
+/// Adds the round's Xid events to the per-GPU totals `Exported::xid_totals` carries.
+pub fn count_xids(totals: &mut BTreeMap<u32, u64>, s: &Snapshot) {
+    for g in &s.gpus {
+        *totals.entry(g.device.index).or_default() += g.device.xid_events.len() as u64;
+    }
+}
+
 /// Renders `e` in the OpenMetrics text format.
 pub fn render(e: &Arc<Exported>) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();

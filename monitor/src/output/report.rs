@@ -241,6 +241,83 @@ fn alerts_text(a: &BTreeMap<String, AlertCount>) -> String {
         .join(", ")
 }
 
+/// The rows of a container's table, in the order both renderings show them.
+fn container_rows(c: &ContainerSummary) -> Vec<(&'static str, String)> {
+    vec![
+        ("image", c.image.clone()),
+        ("compose service", c.compose_service.clone()),
+        (
+            "span",
+            format!(
+                "{} → {} ({:.0} s, {} samples)",
+                c.first_seen, c.last_seen, c.duration_seconds, c.samples
+            ),
+        ),
+        (
+            "GPUs",
+            c.gpus
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+        ("GPU-hours", format!("{:.3}", c.gpu_hours)),
+        (
+            "GPU memory",
+            format!(
+                "mean {:.2} GiB, peak {:.2} GiB",
+                c.mean_gpu_memory_bytes / GIB,
+                c.peak_gpu_memory_bytes / GIB
+            ),
+        ),
+        (
+            "GPU busy",
+            c.gpu_busy.as_ref().map_or("–".into(), |d| {
+                format!(
+                    "mean {}, p10 {}, p50 {}, p90 {}, max {}",
+                    pct(Some(d.mean)),
+                    pct(Some(d.p10)),
+                    pct(Some(d.p50)),
+                    pct(Some(d.p90)),
+                    pct(Some(d.max))
+                )
+            }),
+        ),
+        (
+            "time at GPU busy 0–20 / 20–40 / 40–60 / 60–80 / 80–100 %",
+            c.gpu_busy_histogram
+                .iter()
+                .map(|h| format!("{:.0}%", h * 100.0))
+                .collect::<Vec<_>>()
+                .join(" / "),
+        ),
+        (
+            "verdict",
+            c.main_verdict.clone().map_or("–".into(), |v| {
+                format!(
+                    "{v} ({})",
+                    c.verdicts
+                        .iter()
+                        .map(|(k, s)| format!("{k} {:.0}%", s * 100.0))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }),
+        ),
+        ("input-bound share (mean)", pct(c.mean_input_bound_share)),
+        ("CPU cores (mean)", opt(c.mean_cpu_cores, "", 2)),
+        (
+            "host memory (peak)",
+            opt(c.peak_memory_bytes.map(|b| b / GIB), " GiB", 2),
+        ),
+        (
+            "OOM headroom (batch can grow ×)",
+            opt(c.min_oom_batch_scale, "", 2),
+        ),
+        ("alerts", alerts_text(&c.alerts)),
+    ]
+}
+
 /// Markdown; `chart` gives the chart file for a container name or GPU (`gpu0`), if drawn.
 pub fn markdown(r: &Report, chart: &dyn Fn(&str) -> Option<String>) -> String {
     let mut o = String::new();
@@ -258,79 +335,7 @@ pub fn markdown(r: &Report, chart: &dyn Fn(&str) -> Option<String>) -> String {
     for c in &r.containers {
         let _ = writeln!(o, "### {}\n", c.name);
         let _ = writeln!(o, "| | |\n|---|---|");
-        let rows = [
-            ("image", c.image.clone()),
-            ("compose service", c.compose_service.clone()),
-            (
-                "span",
-                format!(
-                    "{} → {} ({:.0} s, {} samples)",
-                    c.first_seen, c.last_seen, c.duration_seconds, c.samples
-                ),
-            ),
-            (
-                "GPUs",
-                c.gpus
-                    .iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            ),
-            ("GPU-hours", format!("{:.3}", c.gpu_hours)),
-            (
-                "GPU memory",
-                format!(
-                    "mean {:.2} GiB, peak {:.2} GiB",
-                    c.mean_gpu_memory_bytes / GIB,
-                    c.peak_gpu_memory_bytes / GIB
-                ),
-            ),
-            (
-                "GPU busy",
-                c.gpu_busy.as_ref().map_or("–".into(), |d| {
-                    format!(
-                        "mean {}, p10 {}, p50 {}, p90 {}, max {}",
-                        pct(Some(d.mean)),
-                        pct(Some(d.p10)),
-                        pct(Some(d.p50)),
-                        pct(Some(d.p90)),
-                        pct(Some(d.max))
-                    )
-                }),
-            ),
-            (
-                "time at GPU busy 0–20 / 20–40 / 40–60 / 60–80 / 80–100 %",
-                c.gpu_busy_histogram
-                    .iter()
-                    .map(|h| format!("{:.0}%", h * 100.0))
-                    .collect::<Vec<_>>()
-                    .join(" / "),
-            ),
-            (
-                "verdict",
-                c.main_verdict.clone().map_or("–".into(), |v| {
-                    format!(
-                        "**{v}** ({})",
-                        c.verdicts
-                            .iter()
-                            .map(|(k, s)| format!("{k} {:.0}%", s * 100.0))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )
-                }),
-            ),
-            ("input-bound share (mean)", pct(c.mean_input_bound_share)),
-            ("CPU cores (mean)", opt(c.mean_cpu_cores, "", 2)),
-            (
-                "host memory (peak)",
-                opt(c.peak_memory_bytes.map(|b| b / GIB), " GiB", 2),
-            ),
-            (
-                "OOM headroom (batch can grow ×)",
-                opt(c.min_oom_batch_scale, "", 2),
-            ),
-            ("alerts", alerts_text(&c.alerts)),
-        ];
+        let rows = container_rows(c);
         for (k, v) in rows {
             if !v.is_empty() {
                 let _ = writeln!(o, "| {k} | {} |", v.replace('|', "\\|"));
@@ -389,48 +394,7 @@ pub fn html(r: &Report, svg: &dyn Fn(&str) -> Option<String>) -> String {
     o.push_str("<h2>Containers</h2>\n");
     for c in &r.containers {
         let _ = writeln!(o, "<h3>{}</h3>\n<table>", esc(&c.name));
-        let rows = [
-            ("image", c.image.clone()),
-            ("compose service", c.compose_service.clone()),
-            (
-                "span",
-                format!(
-                    "{} → {} ({:.0} s, {} samples)",
-                    c.first_seen, c.last_seen, c.duration_seconds, c.samples
-                ),
-            ),
-            ("GPU-hours", format!("{:.3}", c.gpu_hours)),
-            (
-                "GPU memory",
-                format!(
-                    "mean {:.2} GiB, peak {:.2} GiB",
-                    c.mean_gpu_memory_bytes / GIB,
-                    c.peak_gpu_memory_bytes / GIB
-                ),
-            ),
-            (
-                "GPU busy",
-                c.gpu_busy.as_ref().map_or("–".into(), |d| {
-                    format!(
-                        "mean {}, p10 {}, p50 {}, p90 {}",
-                        pct(Some(d.mean)),
-                        pct(Some(d.p10)),
-                        pct(Some(d.p50)),
-                        pct(Some(d.p90))
-                    )
-                }),
-            ),
-            (
-                "verdict",
-                c.main_verdict.clone().unwrap_or_else(|| "–".into()),
-            ),
-            ("input-bound share (mean)", pct(c.mean_input_bound_share)),
-            (
-                "OOM headroom (batch can grow ×)",
-                opt(c.min_oom_batch_scale, "", 2),
-            ),
-            ("alerts", alerts_text(&c.alerts)),
-        ];
+        let rows = container_rows(c);
         for (k, v) in rows {
             if !v.is_empty() {
                 let _ = writeln!(o, "<tr><th>{k}</th><td>{}</td></tr>", esc(&v));
