@@ -104,6 +104,50 @@ pub struct ThreadState {
     pub read_start_ns: u64,
     /// Charged since the last flush.
     pub pending: TaskTimes,
+    /// Reads finished since the last flush.
+    pub reads: PendingReads,
+}
+
+/// A thread's finished reads, held in its entry like its times: a read costs no lookup of the
+/// per-task read statistics until [`FLUSH_PENDING_READS`] of them are held (or the times flush).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PendingReads {
+    pub bytes: u64,
+    pub total_ns: u64,
+    pub count: u32,
+    /// Per latency bucket; the flush at [`FLUSH_PENDING_READS`] comes before a u8 overflows.
+    pub hist: [u8; LATENCY_BUCKETS],
+}
+
+/// A thread's reads go into the per-task statistics once it holds this many (below 256, the
+/// capacity of a [`PendingReads`] bucket).
+pub const FLUSH_PENDING_READS: u32 = 64;
+const _: () = assert!(FLUSH_PENDING_READS <= u8::MAX as u32);
+
+/// What a CPU knows about the thread it runs, so that the events of a thread gpuwatch does not
+/// track cost no hash lookup: set when `sched_switch` switches `tid` in, valid while `tid` is the
+/// current thread of that CPU. Only the current thread can gain a `THREADS` entry (it is created
+/// at one of its own events), so "no entry" stays true until the cache says otherwise.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuCurrent {
+    pub tid: u32,
+    /// One of the `cpu_current` constants.
+    pub known: u32,
+    /// For `UNWATCHED`: the value of `WATCH_GENERATION` when the cgroup was checked. Userspace
+    /// bumps it after adding cgroups to the watch list, so a stale "unwatched" is checked again.
+    pub generation: u32,
+    pub pad: u32,
+}
+
+pub mod cpu_current {
+    /// Nothing known: look the thread up.
+    pub const UNKNOWN: u32 = 0;
+    /// The thread has no `THREADS` entry; its cgroup is not checked yet.
+    pub const NOT_TRACKED: u32 = 1;
+    /// The thread has no `THREADS` entry and its cgroup was not watched at `generation`.
+    pub const UNWATCHED: u32 = 2;
 }
 
 /// A thread's tally goes into the per-task sums once it holds this much time...
@@ -139,7 +183,7 @@ pub struct RequestStart {
 /// updated entry is evicted when full; userspace sees a counter go backwards and counts it).
 pub const TASK_MAP_ENTRIES: u32 = 16_384;
 /// Maximum number of threads tracked at once (threads of watched workloads only; an entry is
-/// 88 bytes, preallocated).
+/// 128 bytes, preallocated).
 pub const THREAD_MAP_ENTRIES: u32 = 65_536;
 /// Maximum number of block requests in flight tracked at once.
 pub const REQUEST_MAP_ENTRIES: u32 = 16_384;
@@ -178,6 +222,13 @@ mod user {
 mod tests {
     extern crate std;
     use super::*;
+
+    #[test]
+    fn a_thread_entry_stays_small() {
+        // THREAD_MAP_ENTRIES of these are preallocated in the kernel
+        assert_eq!(core::mem::size_of::<ThreadState>(), 128);
+        assert_eq!(core::mem::size_of::<CpuCurrent>(), 16);
+    }
 
     #[test]
     fn buckets_are_log2_microseconds() {

@@ -16,14 +16,15 @@
 use aya_ebpf::{
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::{map, tracepoint},
-    maps::{HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray},
+    maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray},
     programs::TracePointContext,
     EbpfContext,
 };
 use monitor_common::{
-    latency_bucket, probe_stat, thread_state, IoStats, RequestKey, RequestStart, TaskKey,
-    TaskTimes, ThreadState, FLUSH_PENDING_NS, FLUSH_PENDING_SWITCHES, REQUEST_MAP_ENTRIES,
-    TASK_EXITING, TASK_MAP_ENTRIES, TASK_REPORT_MASK, TASK_UNINTERRUPTIBLE, THREAD_MAP_ENTRIES,
+    cpu_current, latency_bucket, probe_stat, thread_state, CpuCurrent, IoStats, PendingReads,
+    RequestKey, RequestStart, TaskKey, TaskTimes, ThreadState, FLUSH_PENDING_NS,
+    FLUSH_PENDING_READS, FLUSH_PENDING_SWITCHES, REQUEST_MAP_ENTRIES, TASK_EXITING,
+    TASK_MAP_ENTRIES, TASK_REPORT_MASK, TASK_UNINTERRUPTIBLE, THREAD_MAP_ENTRIES,
     WATCHED_CGROUP_ENTRIES,
 };
 
@@ -56,6 +57,11 @@ static FILTER_BY_CGROUP: u32 = 0;
 
 #[map]
 static WATCHED_CGROUPS: HashMap<u64, u8> = HashMap::with_max_entries(WATCHED_CGROUP_ENTRIES, 0);
+/// Bumped by userspace after it adds cgroups to `WATCHED_CGROUPS` (see [`CpuCurrent`]).
+#[map]
+static WATCH_GENERATION: Array<u32> = Array::with_max_entries(1, 0);
+#[map]
+static CPU_CURRENT: PerCpuArray<CpuCurrent> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static THREADS: LruHashMap<u32, ThreadState> = LruHashMap::with_max_entries(THREAD_MAP_ENTRIES, 0);
 #[map]
@@ -196,6 +202,27 @@ unsafe fn flush(st: *mut ThreadState) -> Result<(), u32> {
     (*t).switches += p.switches;
     (*t).blocked_switches += p.blocked_switches;
     (*st).pending = TaskTimes::default();
+    if (*st).reads.count > 0 {
+        flush_reads(st, &key)?;
+    }
+    Ok(())
+}
+
+/// Adds the thread's pending reads to its task's per-CPU read statistics and clears them.
+///
+/// # Safety
+/// As for [`charge`].
+#[inline(always)]
+unsafe fn flush_reads(st: *mut ThreadState, key: &TaskKey) -> Result<(), u32> {
+    let s = per_cpu(&READ_STATS, key)?;
+    let r = &mut (*st).reads;
+    (*s).count += u64::from(r.count);
+    (*s).bytes += r.bytes;
+    (*s).total_ns += r.total_ns;
+    for (h, p) in (*s).hist.iter_mut().zip(r.hist.iter()) {
+        *h += u64::from(*p);
+    }
+    *r = PendingReads::default();
     Ok(())
 }
 
@@ -205,25 +232,77 @@ fn thread(tid: u32) -> Option<*mut ThreadState> {
     THREADS.get_ptr_mut(&tid)
 }
 
-/// The current thread's entry: looked up by tid first (a thread has one only if its cgroup was
-/// watched when it was first seen), else created when its cgroup is watched now.
+/// This CPU's cache slot, claimed for `tid` (the current thread) when it describes another one:
+/// a switch-in the program did not see.
 #[inline(always)]
-fn current_thread(now: u64) -> Result<Option<(*mut ThreadState, bool)>, u32> {
+fn cpu_current(tid: u32) -> Option<*mut CpuCurrent> {
+    let c = CPU_CURRENT.get_ptr_mut(0)?;
+    // SAFETY: per-CPU slot; only programs running on this CPU, one at a time, touch it.
+    unsafe {
+        if (*c).tid != tid {
+            (*c).tid = tid;
+            (*c).known = cpu_current::UNKNOWN;
+        }
+    }
+    Some(c)
+}
+
+/// The current thread `tid`'s entry, if it has one: no lookup when this CPU already knows it has
+/// none.
+#[inline(always)]
+fn current_entry(tid: u32) -> Option<*mut ThreadState> {
+    if let Some(c) = cpu_current(tid) {
+        // SAFETY: see `cpu_current`.
+        if unsafe { (*c).known } != cpu_current::UNKNOWN {
+            return None;
+        }
+    }
+    thread(tid)
+}
+
+/// The current thread's entry: found by tid (a thread has one only if its cgroup was watched
+/// when it was first seen), else created when its cgroup is watched now. What it learns about an
+/// untracked thread goes into this CPU's cache, so that thread's next events skip the lookups.
+#[inline(always)]
+fn current_thread() -> Result<Option<*mut ThreadState>, u32> {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     if tgid == 0 {
         return Ok(None); // the idle task
     }
     let tid = pid_tgid as u32;
-    if let Some(st) = THREADS.get_ptr_mut(&tid) {
-        return Ok(Some((st, false)));
+    let cache = cpu_current(tid);
+    // Read before the cgroup check: a cgroup watched after this read bumps the generation.
+    let generation = WATCH_GENERATION.get(0).copied().unwrap_or(0);
+    // SAFETY: see `cpu_current`.
+    let known = cache.map_or(cpu_current::UNKNOWN, |c| unsafe { (*c).known });
+    match known {
+        cpu_current::UNKNOWN => {
+            if let Some(st) = THREADS.get_ptr_mut(&tid) {
+                return Ok(Some(st));
+            }
+        }
+        cpu_current::UNWATCHED => {
+            // SAFETY: see `cpu_current`.
+            if cache.is_some_and(|c| unsafe { (*c).generation } == generation) {
+                return Ok(None);
+            }
+        }
+        _ => {} // no entry; the cgroup is still to be checked
     }
     let Some((key, _)) = current_task() else {
+        if let Some(c) = cache {
+            // SAFETY: see `cpu_current`.
+            unsafe {
+                (*c).known = cpu_current::UNWATCHED;
+                (*c).generation = generation;
+            }
+        }
         return Ok(None);
     };
     let st = ThreadState {
         tid,
-        since_ns: now,
+        since_ns: unsafe { bpf_ktime_get_ns() },
         cgroup_id: key.cgroup_id,
         tgid,
         state: thread_state::ON_CPU,
@@ -232,7 +311,11 @@ fn current_thread(now: u64) -> Result<Option<(*mut ThreadState, bool)>, u32> {
     THREADS
         .insert(&tid, &st, 0)
         .map_err(|_| probe_stat::MAP_UPDATE_FAILED)?;
-    Ok(THREADS.get_ptr_mut(&tid).map(|st| (st, true)))
+    if let Some(c) = cache {
+        // SAFETY: see `cpu_current`.
+        unsafe { (*c).known = cpu_current::UNKNOWN };
+    }
+    Ok(THREADS.get_ptr_mut(&tid))
 }
 
 fn finish(r: Result<(), u32>) -> u32 {
@@ -250,7 +333,7 @@ pub fn sched_switch(ctx: TracePointContext) -> u32 {
 fn try_sched_switch(ctx: &TracePointContext) -> Result<(), u32> {
     let now = unsafe { bpf_ktime_get_ns() };
     // The outgoing task is current.
-    if let Some((st, _)) = current_thread(now)? {
+    if let Some(st) = current_thread()? {
         let prev_state: u64 = if global(&SCHED_SWITCH_PREV_STATE_SIZE) == 8 {
             field_at::<u64, 32>(ctx, &SCHED_SWITCH_PREV_STATE_OFFSET)?
         } else {
@@ -284,7 +367,22 @@ fn try_sched_switch(ctx: &TracePointContext) -> Result<(), u32> {
     // The incoming task: close whatever it was waiting in (normally the run queue).
     let next: i32 = field_at::<i32, 56>(ctx, &SCHED_SWITCH_NEXT_PID_OFFSET)?;
     let next = next as u32;
-    if let Some(st) = thread(next) {
+    if next == 0 {
+        return Ok(()); // the idle task
+    }
+    let entry = thread(next);
+    if let Some(c) = CPU_CURRENT.get_ptr_mut(0) {
+        // SAFETY: see `cpu_current`.
+        unsafe {
+            (*c).tid = next;
+            (*c).known = if entry.is_some() {
+                cpu_current::UNKNOWN
+            } else {
+                cpu_current::NOT_TRACKED
+            };
+        }
+    }
+    if let Some(st) = entry {
         // SAFETY: as above; a thread is switched in on one CPU at a time.
         unsafe {
             charge(st, now, false, false)?;
@@ -324,7 +422,7 @@ fn try_sched_wakeup(ctx: &TracePointContext) -> Result<(), u32> {
 pub fn sched_process_exit(_ctx: TracePointContext) -> u32 {
     // The exiting thread is current: its tally goes into the sums now. (Its last switch-out,
     // state X, flushes what little comes after and removes the entry.)
-    if let Some(st) = thread(bpf_get_current_pid_tgid() as u32) {
+    if let Some(st) = current_entry(bpf_get_current_pid_tgid() as u32) {
         // SAFETY: see `charge`.
         finish(unsafe { flush(st) });
     }
@@ -337,10 +435,9 @@ pub fn sys_enter_read(_ctx: TracePointContext) -> u32 {
 }
 
 fn try_sys_enter_read() -> Result<(), u32> {
-    let now = unsafe { bpf_ktime_get_ns() };
-    if let Some((st, _)) = current_thread(now)? {
+    if let Some(st) = current_thread()? {
         // SAFETY: only this thread, running here, writes its read start.
-        unsafe { (*st).read_start_ns = now };
+        unsafe { (*st).read_start_ns = bpf_ktime_get_ns() };
     }
     Ok(())
 }
@@ -351,27 +448,35 @@ pub fn sys_exit_read(ctx: TracePointContext) -> u32 {
 }
 
 fn try_sys_exit_read(ctx: &TracePointContext) -> Result<(), u32> {
-    let Some(st) = thread(bpf_get_current_pid_tgid() as u32) else {
+    let Some(st) = current_entry(bpf_get_current_pid_tgid() as u32) else {
         return Ok(()); // not a watched thread
     };
     // SAFETY: only this thread, running here, writes its read start; 0 marks none in flight.
-    let (start, key) = unsafe {
-        let start = core::mem::replace(&mut (*st).read_start_ns, 0);
-        (
-            start,
-            TaskKey {
-                cgroup_id: (*st).cgroup_id,
-                tgid: (*st).tgid,
-                pad: 0,
-            },
-        )
-    };
+    let start = unsafe { core::mem::replace(&mut (*st).read_start_ns, 0) };
     if start == 0 {
         return Err(probe_stat::UNMATCHED_END);
     }
     let ret: i64 = field_at::<i64, 16>(ctx, &SYS_EXIT_RET_OFFSET)?;
     let dt = unsafe { bpf_ktime_get_ns() }.saturating_sub(start);
-    add_io(&READ_STATS, &key, dt, if ret > 0 { ret as u64 } else { 0 })
+    // SAFETY: see `charge`; `latency_bucket` is below LATENCY_BUCKETS.
+    unsafe {
+        let r = &mut (*st).reads;
+        r.count += 1;
+        r.bytes += if ret > 0 { ret as u64 } else { 0 };
+        r.total_ns += dt;
+        if let Some(h) = r.hist.get_mut(latency_bucket(dt)) {
+            *h += 1;
+        }
+        if r.count >= FLUSH_PENDING_READS {
+            let key = TaskKey {
+                cgroup_id: (*st).cgroup_id,
+                tgid: (*st).tgid,
+                pad: 0,
+            };
+            flush_reads(st, &key)?;
+        }
+    }
+    Ok(())
 }
 
 #[inline(always)]

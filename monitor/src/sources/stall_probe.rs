@@ -7,7 +7,7 @@
 //! [`StallProbe::missing`]; only the scheduler part is required.
 use crate::{caps, tracefs};
 use aya::maps::{
-    HashMap as BpfHashMap, MapData, MapError, PerCpuArray, PerCpuHashMap, PerCpuValues,
+    Array, HashMap as BpfHashMap, MapData, MapError, PerCpuArray, PerCpuHashMap, PerCpuValues,
 };
 use aya::programs::{ProgramError, TracePoint};
 use aya::{Ebpf, EbpfError, EbpfLoader, Pod};
@@ -92,6 +92,9 @@ pub struct StallProbe {
     stats: PerCpuArray<MapData, u64>,
     watched: BpfHashMap<MapData, u64, u8>,
     watched_ids: HashSet<u64>,
+    /// Bumped after cgroups are added, so CPUs re-check threads they cached as unwatched.
+    watch_generation: Array<MapData, u32>,
+    generation: u32,
     /// Parts not traced on this kernel, with the reason ("read latency: …").
     pub missing: Vec<String>,
 }
@@ -279,6 +282,8 @@ impl StallProbe {
             stats: take_map(&mut ebpf, "PROBE_STATS")?,
             watched: take_map(&mut ebpf, "WATCHED_CGROUPS")?,
             watched_ids: HashSet::new(),
+            watch_generation: take_map(&mut ebpf, "WATCH_GENERATION")?,
+            generation: 0,
             missing,
             _ebpf: ebpf,
         })
@@ -290,8 +295,20 @@ impl StallProbe {
             name: "WATCHED_CGROUPS",
             source,
         };
+        let mut added = false;
         for id in ids.difference(&self.watched_ids) {
             self.watched.insert(id, 1, 0).map_err(err)?;
+            added = true;
+        }
+        if added {
+            // after the inserts: a CPU that reads the new generation sees the new cgroups
+            self.generation = self.generation.wrapping_add(1);
+            self.watch_generation
+                .set(0, self.generation, 0)
+                .map_err(|source| ProbeError::Map {
+                    name: "WATCH_GENERATION",
+                    source,
+                })?;
         }
         for id in self.watched_ids.difference(ids) {
             match self.watched.remove(id) {
