@@ -1,19 +1,31 @@
-//! The cost of stall tracing: `probe_cost [--seconds N] [--rounds N]` (root).
+//! The cost of stall tracing: `probe_cost [--seconds N] [--rounds N] [--unwatched]` (root).
 //!
-//! A syscall- and switch-heavy load — two processes ping-ponging one byte over a pair of pipes
-//! (each round trip: two reads, two writes, two context switches) — runs in a cgroup of its own,
-//! alternately without and with the stall probes loaded and watching that cgroup. Prints the
-//! average kernel time per traced event (BPF statistics: run_time_ns / run_cnt, per program) and
-//! the load's throughput with the probes over without, from the same run. With `--unwatched` the
-//! probes watch another cgroup: the cost the rest of the host pays.
+//! Two loads, each in a cgroup of its own and pinned to one CPU (so a run's throughput depends on
+//! the probes, not on where the scheduler put it), each run alternately without and with the stall
+//! probes loaded and watching that cgroup:
+//! - **ping-pong**, the syscall- and switch-heavy load: two processes pass one byte back and forth
+//!   over a pair of pipes (each round trip: two reads, two writes, two context switches, two
+//!   wake-ups). Gives the average kernel time per traced event (BPF statistics: run_time_ns /
+//!   run_cnt, per program).
+//! - **loader**, the read-heavy load: a data loader's reads, one process opening and reading
+//!   32 MiB of files whole from the page cache, again and again, at three file sizes: 16 KiB,
+//!   128 KiB (a typical training image) and 1 MiB (a shard). Gives the throughput with the probes
+//!   over without, from the same run. (Page-cache reads are the worst case: the fixed cost per
+//!   traced system call is weighed against a memory copy, not a disk.)
+//!
+//! With `--unwatched` the probes watch another cgroup: the cost the rest of the host pays.
 use gpuwatch::cgroup::CgroupLayout;
 use gpuwatch::sources::stall_probe::StallProbe;
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// The loader's file sizes, and the bytes of each set of files.
+const LOADER_FILE_KIB: [usize; 3] = [16, 128, 1024];
+const LOADER_SET_BYTES: usize = 32 << 20;
 
 /// Child mode: ping-pong for `secs`, print round trips.
 fn pingpong(secs: f64) -> anyhow::Result<()> {
@@ -52,13 +64,72 @@ fn pingpong(secs: f64) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn run_load(cgroup_procs: &Path, secs: f64) -> anyhow::Result<f64> {
+/// Child mode: read every file of `dir` whole, again and again, for `secs`; print bytes read.
+fn loader(dir: &Path, secs: f64) -> anyhow::Result<()> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    files.sort();
+    let size = files
+        .first()
+        .map_or(Ok(0), |f| std::fs::metadata(f).map(|m| m.len()))?;
+    // room for the whole file: one read for it, one to see its end
+    let mut buf = vec![0u8; size as usize + 1];
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    let mut bytes = 0u64;
+    while Instant::now() < end {
+        for f in &files {
+            let mut file = std::fs::File::open(f)?;
+            // one read for the file, one to see its end: as a loader reading an image
+            loop {
+                let n = file.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                bytes += n as u64;
+            }
+        }
+    }
+    println!("{bytes}");
+    Ok(())
+}
+
+/// The loader's files of `kib` KiB, written once (and so in the page cache).
+fn loader_files(kib: usize) -> anyhow::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("gpuwatch-probe-cost-{kib}k"));
+    std::fs::create_dir_all(&dir)?;
+    let bytes = kib * 1024;
+    let data: Vec<u8> = (0..bytes).map(|i| (i * 31 % 251) as u8).collect();
+    for i in 0..LOADER_SET_BYTES / bytes {
+        let path = dir.join(format!("{i:05}.jpg"));
+        if std::fs::metadata(&path).map(|m| m.len()).ok() != Some(bytes as u64) {
+            std::fs::write(&path, &data)?;
+        }
+    }
+    Ok(dir)
+}
+
+/// Which load a child runs.
+#[derive(Clone, Copy)]
+enum Load<'a> {
+    PingPong,
+    Loader(&'a Path),
+}
+
+/// Runs `load` for `secs` in the cgroup of `cgroup_procs`, pinned to `cpu`: its rate per second.
+fn run_load(cgroup_procs: &Path, cpu: usize, load: Load, secs: f64) -> anyhow::Result<f64> {
     let exe = std::env::current_exe()?;
     let procs = cgroup_procs.to_path_buf();
     let mut cmd = Command::new(exe);
-    cmd.args(["--load", &secs.to_string()])
-        .stdout(Stdio::piped());
-    // SAFETY: only open/write/close (async-signal-safe) between fork and exec.
+    match load {
+        Load::PingPong => cmd.args(["--pingpong", &secs.to_string()]),
+        Load::Loader(dir) => cmd
+            .args(["--loader", &secs.to_string()])
+            .arg(dir.as_os_str()),
+    };
+    cmd.stdout(Stdio::piped());
+    // SAFETY: only open/write/close/sched_setaffinity (async-signal-safe system calls) between
+    // fork and exec.
     unsafe {
         use std::os::unix::process::CommandExt;
         let path = std::ffi::CString::new(procs.as_os_str().as_encoded_bytes())?;
@@ -73,6 +144,11 @@ fn run_load(cgroup_procs: &Path, secs: f64) -> anyhow::Result<f64> {
             if r < 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             Ok(())
         });
     }
@@ -82,16 +158,75 @@ fn run_load(cgroup_procs: &Path, secs: f64) -> anyhow::Result<f64> {
         "load failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let trips: f64 = String::from_utf8_lossy(&out.stdout).trim().parse()?;
-    Ok(trips / secs)
+    let done: f64 = String::from_utf8_lossy(&out.stdout).trim().parse()?;
+    Ok(done / secs)
+}
+
+/// Per program: (name, runs, run time in ns), summed over loads.
+type ProgramTotals = Vec<(String, u64, u64)>;
+
+fn add_program_stats(totals: &mut ProgramTotals, probe: &StallProbe) {
+    for (name, cnt, ns) in probe.program_stats() {
+        match totals.iter_mut().find(|t| t.0 == name) {
+            Some(t) => {
+                t.1 += cnt;
+                t.2 += ns;
+            }
+            None => totals.push((name, cnt, ns)),
+        }
+    }
+}
+
+/// Alternates `rounds` runs of `load` without and with the probes: (rates without, rates with).
+/// With `totals`, the probes' BPF statistics of the runs with them are added to it.
+fn alternate(
+    procs: &Path,
+    cpu: usize,
+    load: Load,
+    secs: f64,
+    rounds: usize,
+    watched: u64,
+    mut totals: Option<&mut ProgramTotals>,
+) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        without.push(run_load(procs, cpu, load, secs)?);
+        let mut probe = StallProbe::load(true)?;
+        probe.watch(&HashSet::from([watched]))?;
+        with.push(run_load(procs, cpu, load, secs)?);
+        if let Some(t) = totals.as_deref_mut() {
+            add_program_stats(t, &probe);
+        }
+    }
+    Ok((without, with))
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len().max(1) as f64
+}
+
+/// The median of the per-round ratios with / without (robust to one noisy round).
+fn median_ratio(without: &[f64], with: &[f64]) -> f64 {
+    let mut r: Vec<f64> = with.iter().zip(without).map(|(w, wo)| w / wo).collect();
+    r.sort_by(f64::total_cmp);
+    match r.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => r[n / 2],
+        n => (r[n / 2 - 1] + r[n / 2]) / 2.0,
+    }
 }
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
-    let (mut secs, mut rounds, mut unwatched) = (3.0f64, 3usize, false);
+    let (mut secs, mut rounds, mut unwatched) = (2.0f64, 5usize, false);
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--load" => return pingpong(args.next().unwrap_or_default().parse()?),
+            "--pingpong" => return pingpong(args.next().unwrap_or_default().parse()?),
+            "--loader" => {
+                let secs = args.next().unwrap_or_default().parse()?;
+                let dir = PathBuf::from(args.next().unwrap_or_default());
+                return loader(&dir, secs);
+            }
             "--seconds" => secs = args.next().unwrap_or_default().parse()?,
             "--rounds" => rounds = args.next().unwrap_or_default().parse()?,
             // the load's cgroup is not watched: the cost every other task of the host pays
@@ -108,29 +243,52 @@ fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&cg)?;
     let cgroup_id = std::fs::metadata(&cg)?.ino();
     let procs = cg.join("cgroup.procs");
+    let watched = if unwatched { u64::MAX } else { cgroup_id };
+    // the last CPU: on small machines the first one takes most interrupts
+    let cpu = std::thread::available_parallelism().map_or(1, |n| n.get()) - 1;
+
     std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1")?;
-
-    let (mut without, mut with) = (Vec::new(), Vec::new());
-    let mut totals: Vec<(String, u64, u64)> = Vec::new();
-    for _ in 0..rounds {
-        without.push(run_load(&procs, secs)?);
-        let mut probe = StallProbe::load(true)?;
-        let watched = if unwatched { u64::MAX } else { cgroup_id };
-        probe.watch(&HashSet::from([watched]))?;
-        with.push(run_load(&procs, secs)?);
-        for (name, cnt, ns) in probe.program_stats() {
-            match totals.iter_mut().find(|t| t.0 == name) {
-                Some(t) => {
-                    t.1 += cnt;
-                    t.2 += ns;
-                }
-                None => totals.push((name, cnt, ns)),
-            }
-        }
-    }
+    let mut totals = ProgramTotals::new();
+    let pingpong = alternate(
+        &procs,
+        cpu,
+        Load::PingPong,
+        secs,
+        rounds,
+        watched,
+        Some(&mut totals),
+    );
+    // Statistics cost two clock reads per program run: off while throughput is measured, as
+    // in production.
     std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "0")?;
+    let loading: anyhow::Result<Vec<_>> = LOADER_FILE_KIB
+        .iter()
+        .map(|&kib| {
+            let files = loader_files(kib)?;
+            let runs = alternate(
+                &procs,
+                cpu,
+                Load::Loader(&files),
+                secs,
+                rounds,
+                watched,
+                None,
+            )?;
+            Ok((kib, runs))
+        })
+        .collect();
     let _ = std::fs::remove_dir(&cg);
+    let (pp_without, pp_with) = pingpong?;
+    let loading = loading?;
 
+    println!(
+        "ping-pong ({}), one CPU: kernel time per traced event",
+        if unwatched {
+            "unwatched cgroup"
+        } else {
+            "watched cgroup"
+        }
+    );
     println!("{:<22} {:>14} {:>12}", "program", "events", "ns/event");
     let (mut all_cnt, mut all_ns) = (0u64, 0u64);
     totals.sort();
@@ -149,12 +307,22 @@ fn main() -> anyhow::Result<()> {
         "all",
         all_ns as f64 / all_cnt.max(1) as f64
     );
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     println!(
-        "ping-pong round trips/s: without probes {:.0}, with {:.0}; ratio {:.3} ({rounds} alternating rounds of {secs} s)",
-        mean(&without),
-        mean(&with),
-        mean(&with) / mean(&without)
+        "ping-pong round trips/s: without probes {:.0}, with {:.0}; ratio of means {:.3}, median ratio {:.3}",
+        mean(&pp_without),
+        mean(&pp_with),
+        mean(&pp_with) / mean(&pp_without),
+        median_ratio(&pp_without, &pp_with)
     );
+    for (kib, (without, with)) in &loading {
+        println!(
+            "loader MiB/s, files of {kib} KiB from the page cache: without probes {:.0}, with {:.0}; ratio of means {:.3}, median ratio {:.3}",
+            mean(without) / 1048576.0,
+            mean(with) / 1048576.0,
+            mean(with) / mean(without),
+            median_ratio(without, with)
+        );
+    }
+    println!("({rounds} alternating rounds of {secs} s per load, pinned to CPU {cpu})");
     Ok(())
 }
