@@ -37,8 +37,8 @@ enum Task {
         #[arg(last = true)]
         args: Vec<String>,
     },
-    /// Measure the stall probes' cost (root): kernel ns per traced event and the throughput of a
-    /// syscall- and switch-heavy load with and without them.
+    /// Measure the stall probes' cost (root): kernel ns per traced event under a syscall- and
+    /// switch-heavy load, and a read-heavy loader's throughput with and without them.
     BenchProbes {
         #[arg(last = true)]
         args: Vec<String>,
