@@ -182,17 +182,26 @@ unsafe fn charge(
     Ok(())
 }
 
+/// The task a thread's tally and reads are summed into.
+///
+/// # Safety
+/// `st` points to a live `THREADS` entry.
+#[inline(always)]
+unsafe fn thread_task(st: *const ThreadState) -> TaskKey {
+    TaskKey {
+        cgroup_id: (*st).cgroup_id,
+        tgid: (*st).tgid,
+        pad: 0,
+    }
+}
+
 /// Adds the thread's tally to its task's per-CPU sums and clears it.
 ///
 /// # Safety
 /// As for [`charge`].
 #[inline(always)]
 unsafe fn flush(st: *mut ThreadState) -> Result<(), u32> {
-    let key = TaskKey {
-        cgroup_id: (*st).cgroup_id,
-        tgid: (*st).tgid,
-        pad: 0,
-    };
+    let key = thread_task(st);
     let t = per_cpu(&TASK_TIMES, &key)?;
     let p = (*st).pending;
     (*t).on_cpu_ns += p.on_cpu_ns;
@@ -468,12 +477,7 @@ fn try_sys_exit_read(ctx: &TracePointContext) -> Result<(), u32> {
             *h += 1;
         }
         if r.count >= FLUSH_PENDING_READS {
-            let key = TaskKey {
-                cgroup_id: (*st).cgroup_id,
-                tgid: (*st).tgid,
-                pad: 0,
-            };
-            flush_reads(st, &key)?;
+            flush_reads(st, &thread_task(st))?;
         }
     }
     Ok(())
