@@ -34,6 +34,8 @@ static SCHED_SWITCH_PREV_STATE_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static SCHED_SWITCH_PREV_STATE_SIZE: u32 = 8;
 #[unsafe(no_mangle)]
+static SCHED_SWITCH_PREV_PID_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
 static SCHED_SWITCH_NEXT_PID_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static SCHED_WAKEUP_PID_OFFSET: u32 = 0;
@@ -269,17 +271,15 @@ fn current_entry(tid: u32) -> Option<*mut ThreadState> {
     thread(tid)
 }
 
-/// The current thread's entry: found by tid (a thread has one only if its cgroup was watched
-/// when it was first seen), else created when its cgroup is watched now. What it learns about an
-/// untracked thread goes into this CPU's cache, so that thread's next events skip the lookups.
+/// The entry of the current thread `tid`: found by tid (a thread has one only if its cgroup was
+/// watched when it was first seen), else created when its cgroup is watched now. What it learns
+/// about an untracked thread goes into this CPU's cache, so that thread's next events skip the
+/// lookups. The caller passes the tid because `sched_switch` has it in its record, for free.
 #[inline(always)]
-fn current_thread() -> Result<Option<*mut ThreadState>, u32> {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let tgid = (pid_tgid >> 32) as u32;
-    if tgid == 0 {
+fn current_thread(tid: u32) -> Result<Option<*mut ThreadState>, u32> {
+    if tid == 0 {
         return Ok(None); // the idle task
     }
-    let tid = pid_tgid as u32;
     let cache = cpu_current(tid);
     // Read before the cgroup check: a cgroup watched after this read bumps the generation.
     let generation = WATCH_GENERATION.get(0).copied().unwrap_or(0);
@@ -313,7 +313,7 @@ fn current_thread() -> Result<Option<*mut ThreadState>, u32> {
         tid,
         since_ns: unsafe { bpf_ktime_get_ns() },
         cgroup_id: key.cgroup_id,
-        tgid,
+        tgid: key.tgid,
         state: thread_state::ON_CPU,
         ..ThreadState::default()
     };
@@ -340,9 +340,12 @@ pub fn sched_switch(ctx: TracePointContext) -> u32 {
 }
 
 fn try_sched_switch(ctx: &TracePointContext) -> Result<(), u32> {
-    let now = unsafe { bpf_ktime_get_ns() };
+    // The clock is read only when a tracked thread is switched (0: not read yet).
+    let mut now = 0;
     // The outgoing task is current.
-    if let Some(st) = current_thread()? {
+    let prev: i32 = field_at::<i32, 24>(ctx, &SCHED_SWITCH_PREV_PID_OFFSET)?;
+    if let Some(st) = current_thread(prev as u32)? {
+        now = unsafe { bpf_ktime_get_ns() };
         let prev_state: u64 = if global(&SCHED_SWITCH_PREV_STATE_SIZE) == 8 {
             field_at::<u64, 32>(ctx, &SCHED_SWITCH_PREV_STATE_OFFSET)?
         } else {
@@ -392,6 +395,9 @@ fn try_sched_switch(ctx: &TracePointContext) -> Result<(), u32> {
         }
     }
     if let Some(st) = entry {
+        if now == 0 {
+            now = unsafe { bpf_ktime_get_ns() };
+        }
         // SAFETY: as above; a thread is switched in on one CPU at a time.
         unsafe {
             charge(st, now, false, false)?;
@@ -444,7 +450,7 @@ pub fn sys_enter_read(_ctx: TracePointContext) -> u32 {
 }
 
 fn try_sys_enter_read() -> Result<(), u32> {
-    if let Some(st) = current_thread()? {
+    if let Some(st) = current_thread(bpf_get_current_pid_tgid() as u32)? {
         // SAFETY: only this thread, running here, writes its read start.
         unsafe { (*st).read_start_ns = bpf_ktime_get_ns() };
     }

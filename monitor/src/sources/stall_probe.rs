@@ -113,6 +113,10 @@ fn offsets(tracefs: &Path) -> Result<Offsets, ProbeError> {
         ("SCHED_SWITCH_PREV_STATE_OFFSET", prev_state.offset),
         ("SCHED_SWITCH_PREV_STATE_SIZE", prev_state.size),
         (
+            "SCHED_SWITCH_PREV_PID_OFFSET",
+            f("sched", "sched_switch", "prev_pid")?.offset,
+        ),
+        (
             "SCHED_SWITCH_NEXT_PID_OFFSET",
             f("sched", "sched_switch", "next_pid")?.offset,
         ),
