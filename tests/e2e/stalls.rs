@@ -204,3 +204,67 @@ fn a_container_that_stops_mid_window_keeps_its_partial_window() {
     assert_eq!(p["vanished"], true);
     assert_eq!(p["workload"], format!("docker:{}", c.id));
 }
+
+/// The benchmark's floor: empty programs attach to the same tracepoints and record nothing,
+/// where the stall probes, in the same conditions, count every read of a process.
+#[test]
+fn empty_programs_record_nothing_where_the_probes_count_every_read() {
+    use gpuwatch::cgroup::CgroupLayout;
+    use gpuwatch::sources::stall_probe::{ProbeTotals, StallProbe};
+    use std::collections::HashSet;
+    use std::os::unix::fs::MetadataExt;
+
+    require_root();
+    let unified = CgroupLayout::detect()
+        .unwrap()
+        .unified
+        .expect("a unified cgroup hierarchy");
+    let cg = unified.join(unique("empty-programs"));
+    std::fs::create_dir(&cg).unwrap();
+    let id = std::fs::metadata(&cg).unwrap().ino();
+    const READS: u64 = 5000;
+    // a process in the cgroup that makes READS reads (and one at the end of its input)
+    let reads_in_cgroup = || {
+        let procs = cg.join("cgroup.procs");
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "echo $$ > {} && exec dd if=/dev/zero of=/dev/null bs=4096 count={READS} status=none",
+                procs.display()
+            ))
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    let reads_of = |probe: &StallProbe| {
+        let mut totals = ProbeTotals::default();
+        probe.read(&mut totals).unwrap();
+        totals
+            .reads
+            .iter()
+            .filter(|(k, _)| k.cgroup_id == id)
+            .map(|(_, r)| r.count)
+            .sum::<u64>()
+    };
+
+    let mut empty = StallProbe::load_empty().unwrap();
+    empty.watch(&HashSet::from([id])).unwrap();
+    reads_in_cgroup();
+    let mut totals = ProbeTotals::default();
+    empty.read(&mut totals).unwrap();
+    assert!(
+        totals.times.is_empty() && totals.reads.is_empty() && totals.disk.is_empty(),
+        "{totals:?}"
+    );
+    drop(empty);
+
+    let mut probe = StallProbe::load(true).unwrap();
+    probe.watch(&HashSet::from([id])).unwrap();
+    reads_in_cgroup();
+    let counted = reads_of(&probe);
+    let _ = std::fs::remove_dir(&cg);
+    assert!(
+        (READS..=READS + 10).contains(&counted),
+        "{counted} reads counted for {READS} of dd's, plus its loader's few"
+    );
+}

@@ -216,6 +216,16 @@ impl StallProbe {
     /// Checks privileges, finds tracefs, reads field offsets, loads and attaches. With
     /// `filter_by_cgroup`, the kernel tracks only the cgroups passed to [`Self::watch`].
     pub fn load(filter_by_cgroup: bool) -> Result<Self, ProbeError> {
+        Self::load_programs(filter_by_cgroup, false)
+    }
+
+    /// The same programs on the same tracepoints, each returning at once: what the tracing
+    /// mechanism costs by itself, below anything a program does. For benchmarks.
+    pub fn load_empty() -> Result<Self, ProbeError> {
+        Self::load_programs(true, true)
+    }
+
+    fn load_programs(filter_by_cgroup: bool, empty: bool) -> Result<Self, ProbeError> {
         let missing =
             caps::missing_for_tracing(caps::effective().map_err(ProbeError::Capabilities)?);
         if !missing.is_empty() {
@@ -229,6 +239,8 @@ impl StallProbe {
         }
         let filter = u32::from(filter_by_cgroup);
         loader.override_global("FILTER_BY_CGROUP", &filter, true);
+        let empty = u32::from(empty);
+        loader.override_global("EMPTY_PROGRAMS", &empty, true);
         let mut ebpf = loader.load(PROBES)?;
 
         attach(&mut ebpf, "sched_switch", &[("sched", "sched_switch")])?;
