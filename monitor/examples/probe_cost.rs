@@ -1,17 +1,19 @@
 //! The cost of stall tracing: `probe_cost [--seconds N] [--rounds N] [--unwatched]` (root).
 //!
 //! Two loads, each in a cgroup of its own and pinned to one CPU (so a run's throughput depends on
-//! the probes, not on where the scheduler put it), each run alternately without and with the stall
-//! probes loaded and watching that cgroup:
+//! the probes, not on where the scheduler put it). Each round runs a load three times: without
+//! probes, with empty programs on the same tracepoints (the tracing mechanism's own cost, the
+//! floor no program can go below), and with the stall probes loaded and watching that cgroup:
 //! - **ping-pong**, the syscall- and switch-heavy load: two processes pass one byte back and forth
 //!   over a pair of pipes (each round trip: two reads, two writes, two context switches, two
 //!   wake-ups). Gives the average kernel time per traced event (BPF statistics: run_time_ns /
-//!   run_cnt, per program).
+//!   run_cnt, per program, for the stall probes and for the empty programs).
 //! - **loader**, the read-heavy load: a data loader's reads, one process opening and reading
 //!   32 MiB of files whole from the page cache, again and again, at three file sizes: 16 KiB,
 //!   128 KiB (a typical training image) and 1 MiB (a shard). Gives the throughput with the probes
-//!   over without, from the same run. (Page-cache reads are the worst case: the fixed cost per
-//!   traced system call is weighed against a memory copy, not a disk.)
+//!   and with the empty programs over without, from the same run. (Page-cache reads are the
+//!   worst case: the fixed cost per traced system call is weighed against a memory copy, not a
+//!   disk.)
 //!
 //! With `--unwatched` the probes watch another cgroup: the cost the rest of the host pays.
 use gpuwatch::cgroup::CgroupLayout;
@@ -177,8 +179,24 @@ fn add_program_stats(totals: &mut ProgramTotals, probe: &StallProbe) {
     }
 }
 
-/// Alternates `rounds` runs of `load` without and with the probes: (rates without, rates with).
-/// With `totals`, the probes' BPF statistics of the runs with them are added to it.
+/// A load's rates per round: without probes, with empty programs on the same tracepoints (the
+/// tracing mechanism alone), and with gpuwatch's programs.
+#[derive(Default)]
+struct Arms {
+    without: Vec<f64>,
+    empty: Vec<f64>,
+    full: Vec<f64>,
+}
+
+/// BPF statistics of the runs with empty programs and with gpuwatch's.
+#[derive(Default)]
+struct Stats {
+    empty: ProgramTotals,
+    full: ProgramTotals,
+}
+
+/// Runs `load` for `rounds` rounds of three arms each (see [`Arms`]). With `stats`, the
+/// programs' BPF statistics are added to it.
 fn alternate(
     procs: &Path,
     cpu: usize,
@@ -186,19 +204,26 @@ fn alternate(
     secs: f64,
     rounds: usize,
     watched: u64,
-    mut totals: Option<&mut ProgramTotals>,
-) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
-    let (mut without, mut with) = (Vec::new(), Vec::new());
+    mut stats: Option<&mut Stats>,
+) -> anyhow::Result<Arms> {
+    let mut arms = Arms::default();
     for _ in 0..rounds {
-        without.push(run_load(procs, cpu, load, secs)?);
+        arms.without.push(run_load(procs, cpu, load, secs)?);
+        {
+            let probe = StallProbe::load_empty()?;
+            arms.empty.push(run_load(procs, cpu, load, secs)?);
+            if let Some(s) = stats.as_deref_mut() {
+                add_program_stats(&mut s.empty, &probe);
+            }
+        }
         let mut probe = StallProbe::load(true)?;
         probe.watch(&HashSet::from([watched]))?;
-        with.push(run_load(procs, cpu, load, secs)?);
-        if let Some(t) = totals.as_deref_mut() {
-            add_program_stats(t, &probe);
+        arms.full.push(run_load(procs, cpu, load, secs)?);
+        if let Some(s) = stats.as_deref_mut() {
+            add_program_stats(&mut s.full, &probe);
         }
     }
-    Ok((without, with))
+    Ok(arms)
 }
 
 fn mean(v: &[f64]) -> f64 {
@@ -248,7 +273,7 @@ fn main() -> anyhow::Result<()> {
     let cpu = std::thread::available_parallelism().map_or(1, |n| n.get()) - 1;
 
     std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1")?;
-    let mut totals = ProgramTotals::new();
+    let mut stats = Stats::default();
     let pingpong = alternate(
         &procs,
         cpu,
@@ -256,7 +281,7 @@ fn main() -> anyhow::Result<()> {
         secs,
         rounds,
         watched,
-        Some(&mut totals),
+        Some(&mut stats),
     );
     // Statistics cost two clock reads per program run: off while throughput is measured, as
     // in production.
@@ -278,7 +303,7 @@ fn main() -> anyhow::Result<()> {
         })
         .collect();
     let _ = std::fs::remove_dir(&cg);
-    let (pp_without, pp_with) = pingpong?;
+    let pingpong = pingpong?;
     let loading = loading?;
 
     println!(
@@ -289,40 +314,53 @@ fn main() -> anyhow::Result<()> {
             "watched cgroup"
         }
     );
-    println!("{:<22} {:>14} {:>12}", "program", "events", "ns/event");
-    let (mut all_cnt, mut all_ns) = (0u64, 0u64);
-    totals.sort();
-    for (name, cnt, ns) in &totals {
-        all_cnt += cnt;
-        all_ns += ns;
-        let per = if *cnt > 0 {
-            *ns as f64 / *cnt as f64
-        } else {
-            0.0
-        };
-        println!("{name:<22} {cnt:>14} {per:>12.1}");
+    println!(
+        "{:<22} {:>14} {:>12} {:>18}",
+        "program", "events", "ns/event", "empty program ns"
+    );
+    let per_event = |t: &ProgramTotals, name: Option<&str>| {
+        let (cnt, ns) = t
+            .iter()
+            .filter(|p| name.is_none_or(|n| p.0 == n))
+            .fold((0u64, 0u64), |(c, n), p| (c + p.1, n + p.2));
+        (cnt, ns as f64 / cnt.max(1) as f64)
+    };
+    stats.full.sort();
+    for (name, _, _) in &stats.full {
+        let (cnt, per) = per_event(&stats.full, Some(name));
+        let (_, floor) = per_event(&stats.empty, Some(name));
+        println!("{name:<22} {cnt:>14} {per:>12.1} {floor:>18.1}");
     }
+    let (cnt, per) = per_event(&stats.full, None);
+    let (_, floor) = per_event(&stats.empty, None);
+    println!("{:<22} {cnt:>14} {per:>12.1} {floor:>18.1}", "all");
+    let ratios = |arms: &Arms| {
+        let base = mean(&arms.without);
+        format!(
+            "empty programs {:.3} (median {:.3}), gpuwatch's {:.3} (median {:.3})",
+            mean(&arms.empty) / base,
+            median_ratio(&arms.without, &arms.empty),
+            mean(&arms.full) / base,
+            median_ratio(&arms.without, &arms.full)
+        )
+    };
     println!(
-        "{:<22} {all_cnt:>14} {:>12.1}",
-        "all",
-        all_ns as f64 / all_cnt.max(1) as f64
+        "throughput with probes / without (ratios of means, and medians of per-round ratios):"
     );
     println!(
-        "ping-pong round trips/s: without probes {:.0}, with {:.0}; ratio of means {:.3}, median ratio {:.3}",
-        mean(&pp_without),
-        mean(&pp_with),
-        mean(&pp_with) / mean(&pp_without),
-        median_ratio(&pp_without, &pp_with)
+        "ping-pong, {:.0} round trips/s without: {}",
+        mean(&pingpong.without),
+        ratios(&pingpong)
     );
-    for (kib, (without, with)) in &loading {
+    for (kib, arms) in &loading {
         println!(
-            "loader MiB/s, files of {kib} KiB from the page cache: without probes {:.0}, with {:.0}; ratio of means {:.3}, median ratio {:.3}",
-            mean(without) / 1048576.0,
-            mean(with) / 1048576.0,
-            mean(with) / mean(without),
-            median_ratio(without, with)
+            "loader, files of {kib} KiB from the page cache, {:.0} MiB/s without: {}",
+            mean(&arms.without) / 1048576.0,
+            ratios(arms)
         );
     }
-    println!("({rounds} alternating rounds of {secs} s per load, pinned to CPU {cpu})");
+    println!(
+        "({rounds} rounds of {secs} s per load and arm (without, empty, gpuwatch's), pinned to CPU {cpu})"
+    );
     Ok(())
 }

@@ -38,7 +38,8 @@ enum Task {
         args: Vec<String>,
     },
     /// Measure the stall probes' cost (root): kernel ns per traced event under a syscall- and
-    /// switch-heavy load, and a read-heavy loader's throughput with and without them.
+    /// switch-heavy load, and a read-heavy loader's throughput with and without them; empty
+    /// programs on the same tracepoints give the floor for both.
     BenchProbes {
         #[arg(last = true)]
         args: Vec<String>,
