@@ -665,29 +665,16 @@ fn new_workload(id: WorkloadId, container: Option<&Arc<ContainerInfo>>) -> Workl
         (None, WorkloadKind::Docker | WorkloadKind::Podman) => id.id.chars().take(12).collect(),
         (None, _) => id.id.clone(),
     };
-    Workload {
-        kind: id.kind,
-        name,
-        container: container.map(|c| ContainerMeta {
-            id: c.id.clone(),
-            name: c.name.clone(),
-            image: c.image.clone(),
-            compose_project: c.compose_project.clone(),
-            compose_service: c.compose_service.clone(),
-            started_at: c.started_at.clone(),
-            gpu_device_requests: c.gpu_device_requests.clone(),
-        }),
-        id,
-        exited: false,
-        cgroup_path: None,
-        cpu: None,
-        memory: None,
-        gpu: WorkloadGpu::default(),
-        stalls: None,
-        verdict: None,
-        oom_headroom: None,
-        errors: BTreeMap::new(),
-    }
+    let meta = container.map(|c| ContainerMeta {
+        id: c.id.clone(),
+        name: c.name.clone(),
+        image: c.image.clone(),
+        compose_project: c.compose_project.clone(),
+        compose_service: c.compose_service.clone(),
+        started_at: c.started_at.clone(),
+        gpu_device_requests: c.gpu_device_requests.clone(),
+    });
+    Workload::new(id, name, meta)
 }
 
 fn add_gpu_share(w: &mut WorkloadGpu, gpu: &Gpu, p: &GpuProcess) {

@@ -137,6 +137,28 @@ pub struct Workload {
     pub errors: BTreeMap<&'static str, String>,
 }
 
+impl Workload {
+    /// A workload with its identity only: every measured section empty, for the sources and
+    /// the analysis to fill in.
+    pub fn new(id: WorkloadId, name: String, container: Option<ContainerMeta>) -> Self {
+        Workload {
+            kind: id.kind,
+            id,
+            name,
+            container,
+            exited: false,
+            cgroup_path: None,
+            cpu: None,
+            memory: None,
+            gpu: WorkloadGpu::default(),
+            stalls: None,
+            verdict: None,
+            oom_headroom: None,
+            errors: BTreeMap::new(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct ContainerMeta {
     pub id: String,
@@ -294,29 +316,16 @@ pub mod test_support {
             kind: WorkloadKind::Docker,
             id: format!("{name:0>64}"),
         };
-        Workload {
-            container: Some(ContainerMeta {
-                id: id.id.clone(),
-                name: name.into(),
-                image: "trainer:latest".into(),
-                compose_project: None,
-                compose_service: Some("train".into()),
-                started_at: None,
-                gpu_device_requests: Vec::new(),
-            }),
-            id,
-            kind: WorkloadKind::Docker,
+        let meta = ContainerMeta {
+            id: id.id.clone(),
             name: name.into(),
-            exited: false,
-            cgroup_path: None,
-            cpu: None,
-            memory: None,
-            gpu: WorkloadGpu::default(),
-            stalls: None,
-            verdict: None,
-            oom_headroom: None,
-            errors: BTreeMap::new(),
-        }
+            image: "trainer:latest".into(),
+            compose_project: None,
+            compose_service: Some("train".into()),
+            started_at: None,
+            gpu_device_requests: Vec::new(),
+        };
+        Workload::new(id, name.into(), Some(meta))
     }
 
     pub fn snapshot(unix_ms: u64, gpus: Vec<Gpu>, workloads: Vec<Workload>) -> Snapshot {
