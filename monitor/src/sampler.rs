@@ -665,15 +665,7 @@ fn new_workload(id: WorkloadId, container: Option<&Arc<ContainerInfo>>) -> Workl
         (None, WorkloadKind::Docker | WorkloadKind::Podman) => id.id.chars().take(12).collect(),
         (None, _) => id.id.clone(),
     };
-    let meta = container.map(|c| ContainerMeta {
-        id: c.id.clone(),
-        name: c.name.clone(),
-        image: c.image.clone(),
-        compose_project: c.compose_project.clone(),
-        compose_service: c.compose_service.clone(),
-        started_at: c.started_at.clone(),
-        gpu_device_requests: c.gpu_device_requests.clone(),
-    });
+    let meta = container.map(|c| ContainerMeta::from(c.as_ref()));
     Workload::new(id, name, meta)
 }
 

@@ -5,7 +5,7 @@
 //! The JSON form is documented in `docs/snapshot-schema.md`; bump [`SCHEMA_VERSION`] on any
 //! incompatible change.
 use crate::cgroup::{CgroupMode, WorkloadId, WorkloadKind};
-use crate::sources::docker::GpuDeviceRequest;
+use crate::sources::docker::{ContainerInfo, GpuDeviceRequest};
 use crate::sources::gpu::{DeviceReading, ProcessReading};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -168,6 +168,21 @@ pub struct ContainerMeta {
     pub compose_service: Option<String>,
     pub started_at: Option<String>,
     pub gpu_device_requests: Vec<GpuDeviceRequest>,
+}
+
+impl From<&ContainerInfo> for ContainerMeta {
+    /// What a snapshot reports of a container (not its PID or labels).
+    fn from(c: &ContainerInfo) -> Self {
+        ContainerMeta {
+            id: c.id.clone(),
+            name: c.name.clone(),
+            image: c.image.clone(),
+            compose_project: c.compose_project.clone(),
+            compose_service: c.compose_service.clone(),
+            started_at: c.started_at.clone(),
+            gpu_device_requests: c.gpu_device_requests.clone(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Serialize)]

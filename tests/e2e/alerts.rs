@@ -439,6 +439,14 @@ fn a_dead_webhook_never_holds_back_sampling() {
     );
 }
 
+fn check_config(path: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        .arg("check-config")
+        .arg(path)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn a_broken_config_names_file_line_and_field() {
     let dir = tempfile::tempdir().unwrap();
@@ -448,11 +456,7 @@ fn a_broken_config_names_file_line_and_field() {
         "interval: 1s\nalerts:\n  rules:\n    gpu_memory_high:\n      above_percent: lots\n",
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
-        .arg("check-config")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = check_config(&path);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -478,11 +482,7 @@ fn a_broken_config_names_file_line_and_field() {
         "alerts:\n  rules:\n    gpu_imbalance: {enabled: false}\n",
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
-        .arg("check-config")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = check_config(&path);
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("10 of 11 alert rules enabled"));
 }
