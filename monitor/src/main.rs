@@ -383,6 +383,7 @@ fn snapshot(args: &SnapshotArgs, config: &Config) -> Result<()> {
         .context("starting the agent")?;
     // The first round is the baseline; the second covers the window.
     agent.sampler.round();
+    tracing::info!("baseline round taken; the window runs {:?}", args.window);
     // NVML's per-process samples are pulled every 500 ms meanwhile: the driver keeps only a
     // short history, and a long window read at its end alone would miss most of it.
     let never = std::sync::atomic::AtomicBool::new(false);

@@ -24,9 +24,10 @@ fn attributes_gpu_processes_to_containers_host_and_skips_vanished() {
     let idle = Container::start(&unique("idle"), &[], "sleep 3600");
     let host = HostProcess::spawn();
     let dead = dead_pid();
-    // exits during the sampling window: alive in the first round, gone in the second
+    // ends during the sampling window: alive in the first round, killed right after it, gone in
+    // the second
     let mut short = std::process::Command::new("sleep")
-        .arg("0.3")
+        .arg("3600")
         .spawn()
         .unwrap();
     let short_pid = short.id();
@@ -54,7 +55,10 @@ fn attributes_gpu_processes_to_containers_host_and_skips_vanished() {
             }
         ]
     });
-    let run = snapshot(&scenario, &[]);
+    let run = snapshot_around_baseline(&scenario, &[], || {
+        // SAFETY: kill(2) on our own child, not yet reaped (the reaper waits for this signal).
+        unsafe { libc::kill(short_pid as i32, libc::SIGKILL) };
+    });
     let s = &run.json;
     assert!(run.status.success(), "{}", run.stderr);
     assert_eq!(s["schema_version"], 1);

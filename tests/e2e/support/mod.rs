@@ -211,6 +211,30 @@ pub fn snapshot(scenario: &Value, extra: &[&str]) -> Run {
 }
 
 pub fn snapshot_with(scenario: &Value, extra: &[&str], tweak: impl FnOnce(&mut Command)) -> Run {
+    run_snapshot(scenario, extra, tweak, None)
+}
+
+/// Like [`snapshot`], calling `at_baseline` as soon as gpuwatch logs its baseline round (the
+/// start of the window): for a test that changes something inside the window, whatever the time
+/// gpuwatch took to start.
+pub fn snapshot_around_baseline(
+    scenario: &Value,
+    extra: &[&str],
+    at_baseline: impl FnOnce(),
+) -> Run {
+    run_snapshot(scenario, extra, |_| {}, Some(Box::new(at_baseline)))
+}
+
+/// What `gpuwatch snapshot` logs (at info) once its baseline round is taken.
+const BASELINE_LOG: &str = "baseline round taken";
+
+fn run_snapshot(
+    scenario: &Value,
+    extra: &[&str],
+    tweak: impl FnOnce(&mut Command),
+    mut at_baseline: Option<Box<dyn FnOnce() + '_>>,
+) -> Run {
+    use std::io::{BufRead, Read};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("scenario.json");
     std::fs::write(&path, serde_json::to_vec_pretty(scenario).unwrap()).unwrap();
@@ -222,17 +246,39 @@ pub fn snapshot_with(scenario: &Value, extra: &[&str], tweak: impl FnOnce(&mut C
         .env("FAKE_NVML_SCENARIO", &path)
         .env("NO_COLOR", "1");
     tweak(&mut cmd);
-    let out = cmd.output().expect("run gpuwatch");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("run gpuwatch");
+    // stdout on its own thread: a large snapshot must not block gpuwatch while stderr is read
+    let mut out = child.stdout.take().unwrap();
+    let stdout = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        out.read_to_end(&mut v).map(|_| v)
+    });
+    let mut stderr = String::new();
+    for line in std::io::BufReader::new(child.stderr.take().unwrap()).split(b'\n') {
+        let line = String::from_utf8_lossy(&line.unwrap()).into_owned();
+        if line.contains(BASELINE_LOG) {
+            if let Some(f) = at_baseline.take() {
+                f();
+            }
+        }
+        stderr.push_str(&line);
+        stderr.push('\n');
+    }
+    let status = child.wait().expect("wait for gpuwatch");
+    let stdout = stdout.join().unwrap().expect("read gpuwatch's stdout");
+    assert!(
+        at_baseline.is_none() || !status.success(),
+        "gpuwatch never logged \"{BASELINE_LOG}\"; stderr:\n{stderr}"
+    );
+    let json = serde_json::from_slice(&stdout).unwrap_or_else(|e| {
         panic!(
-            "gpuwatch printed no JSON ({e}); status {}; stderr:\n{stderr}\nstdout:\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout)
+            "gpuwatch printed no JSON ({e}); status {status}; stderr:\n{stderr}\nstdout:\n{}",
+            String::from_utf8_lossy(&stdout)
         )
     });
     Run {
-        status: out.status,
+        status,
         json,
         stderr,
     }
