@@ -12,7 +12,9 @@
 //! - GPU-bound: the loader has batches ready (a full pipe); 200 ms of compute per batch.
 mod support;
 
+use gpuwatch::sources::stall_probe::{ProbeTotals, StallProbe};
 use serde_json::{json, Value};
+use std::collections::HashSet;
 use support::*;
 
 /// The trainer "computes" by waiting on a FIFO nobody writes (`read -t`, a shell builtin: no
@@ -205,50 +207,72 @@ fn a_container_that_stops_mid_window_keeps_its_partial_window() {
     assert_eq!(p["workload"], format!("docker:{}", c.id));
 }
 
+/// A cgroup of its own in the unified hierarchy, removed at the end of the test.
+struct TempCgroup {
+    path: std::path::PathBuf,
+    id: u64,
+}
+
+impl TempCgroup {
+    fn new(name: &str) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        let unified = gpuwatch::cgroup::CgroupLayout::detect()
+            .unwrap()
+            .unified
+            .expect("a unified cgroup hierarchy");
+        let path = unified.join(unique(name));
+        std::fs::create_dir(&path).unwrap();
+        let id = std::fs::metadata(&path).unwrap().ino();
+        Self { path, id }
+    }
+
+    /// `sh -c` text that moves the shell itself into this cgroup.
+    fn join_self(&self) -> String {
+        format!("echo $$ > {}", self.path.join("cgroup.procs").display())
+    }
+}
+
+impl Drop for TempCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}
+
+/// The read syscalls the probe counted for the tasks of cgroup `id`.
+fn reads_counted(probe: &StallProbe, id: u64) -> u64 {
+    let mut totals = ProbeTotals::default();
+    probe.read(&mut totals).unwrap();
+    totals
+        .reads
+        .iter()
+        .filter(|(k, _)| k.cgroup_id == id)
+        .map(|(_, r)| r.count)
+        .sum()
+}
+
+/// `sh -c` text for `n` reads of 4 KiB (and one at the end of the input, for dd's loader a few).
+fn dd_reads(n: u64) -> String {
+    format!("dd if=/dev/zero of=/dev/null bs=4096 count={n} status=none")
+}
+
 /// The benchmark's floor: empty programs attach to the same tracepoints and record nothing,
 /// where the stall probes, in the same conditions, count every read of a process.
 #[test]
 fn empty_programs_record_nothing_where_the_probes_count_every_read() {
-    use gpuwatch::cgroup::CgroupLayout;
-    use gpuwatch::sources::stall_probe::{ProbeTotals, StallProbe};
-    use std::collections::HashSet;
-    use std::os::unix::fs::MetadataExt;
-
     require_root();
-    let unified = CgroupLayout::detect()
-        .unwrap()
-        .unified
-        .expect("a unified cgroup hierarchy");
-    let cg = unified.join(unique("empty-programs"));
-    std::fs::create_dir(&cg).unwrap();
-    let id = std::fs::metadata(&cg).unwrap().ino();
+    let cg = TempCgroup::new("empty-programs");
     const READS: u64 = 5000;
-    // a process in the cgroup that makes READS reads (and one at the end of its input)
     let reads_in_cgroup = || {
-        let procs = cg.join("cgroup.procs");
         let status = std::process::Command::new("sh")
             .arg("-c")
-            .arg(format!(
-                "echo $$ > {} && exec dd if=/dev/zero of=/dev/null bs=4096 count={READS} status=none",
-                procs.display()
-            ))
+            .arg(format!("{} && exec {}", cg.join_self(), dd_reads(READS)))
             .status()
             .unwrap();
         assert!(status.success());
     };
-    let reads_of = |probe: &StallProbe| {
-        let mut totals = ProbeTotals::default();
-        probe.read(&mut totals).unwrap();
-        totals
-            .reads
-            .iter()
-            .filter(|(k, _)| k.cgroup_id == id)
-            .map(|(_, r)| r.count)
-            .sum::<u64>()
-    };
 
     let mut empty = StallProbe::load_empty().unwrap();
-    empty.watch(&HashSet::from([id])).unwrap();
+    empty.watch(&HashSet::from([cg.id])).unwrap();
     reads_in_cgroup();
     let mut totals = ProbeTotals::default();
     empty.read(&mut totals).unwrap();
@@ -259,12 +283,53 @@ fn empty_programs_record_nothing_where_the_probes_count_every_read() {
     drop(empty);
 
     let mut probe = StallProbe::load(true).unwrap();
-    probe.watch(&HashSet::from([id])).unwrap();
+    probe.watch(&HashSet::from([cg.id])).unwrap();
     reads_in_cgroup();
-    let counted = reads_of(&probe);
-    let _ = std::fs::remove_dir(&cg);
+    let counted = reads_counted(&probe, cg.id);
     assert!(
         (READS..=READS + 10).contains(&counted),
         "{counted} reads counted for {READS} of dd's, plus its loader's few"
+    );
+}
+
+/// A process moved into a watched cgroup is tracked from its next switch-in: what a CPU cached
+/// about it ("unwatched") does not outlive the move.
+#[test]
+fn a_process_moved_into_a_watched_cgroup_is_tracked_after_the_move() {
+    use std::io::{BufRead, Write};
+    require_root();
+    let (from, to) = (TempCgroup::new("move-from"), TempCgroup::new("move-to"));
+    let mut probe = StallProbe::load(true).unwrap();
+    probe.watch(&HashSet::from([to.id])).unwrap();
+
+    // Reads in the unwatched cgroup (cached there as unwatched); then, on a line from the test,
+    // after the move, READS more.
+    const READS: u64 = 3000;
+    let mut child = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{}; {}; echo ready; read _; exec {}",
+            from.join_self(),
+            dd_reads(2000),
+            dd_reads(READS)
+        ))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert_eq!(ready, "ready\n");
+    std::fs::write(to.path.join("cgroup.procs"), child.id().to_string()).unwrap();
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    assert!(child.wait().unwrap().success());
+
+    let counted = reads_counted(&probe, to.id);
+    assert!(
+        (READS..=READS + 20).contains(&counted),
+        "{counted} reads counted in the watched cgroup for {READS} made there (and none of the \
+         2000 before the move)"
     );
 }
