@@ -139,6 +139,10 @@ pub struct CpuCurrent {
     /// bumps it after adding cgroups to the watch list, so a stale "unwatched" is checked again.
     pub generation: u32,
     pub pad: u32,
+    /// Start of the tracked thread's read in flight, 0 when none: `sys_enter_read` writes it
+    /// here, with no lookup of the thread's entry; a switch-out in the middle of the read moves
+    /// it into the entry, where `sys_exit_read` finds it on whichever CPU the thread resumes.
+    pub read_start_ns: u64,
 }
 
 pub mod cpu_current {
@@ -148,6 +152,8 @@ pub mod cpu_current {
     pub const NOT_TRACKED: u32 = 1;
     /// The thread has no `THREADS` entry and its cgroup was not watched at `generation`.
     pub const UNWATCHED: u32 = 2;
+    /// The thread has a `THREADS` entry (unless the LRU evicted it since).
+    pub const TRACKED: u32 = 3;
 }
 
 /// A thread's tally goes into the per-task sums once it holds this much time...
@@ -227,7 +233,7 @@ mod tests {
     fn a_thread_entry_stays_small() {
         // THREAD_MAP_ENTRIES of these are preallocated in the kernel
         assert_eq!(core::mem::size_of::<ThreadState>(), 128);
-        assert_eq!(core::mem::size_of::<CpuCurrent>(), 16);
+        assert_eq!(core::mem::size_of::<CpuCurrent>(), 24);
     }
 
     #[test]

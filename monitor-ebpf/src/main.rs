@@ -258,9 +258,16 @@ fn cpu_current(tid: u32) -> Option<*mut CpuCurrent> {
         if (*c).tid != tid {
             (*c).tid = tid;
             (*c).known = cpu_current::UNKNOWN;
+            (*c).read_start_ns = 0;
         }
     }
     Some(c)
+}
+
+/// Whether the slot's thread may have an entry (to be looked up).
+#[inline(always)]
+fn may_be_tracked(known: u32) -> bool {
+    known == cpu_current::UNKNOWN || known == cpu_current::TRACKED
 }
 
 /// The current thread `tid`'s entry, if it has one: no lookup when this CPU already knows it has
@@ -269,7 +276,7 @@ fn cpu_current(tid: u32) -> Option<*mut CpuCurrent> {
 fn current_entry(tid: u32) -> Option<*mut ThreadState> {
     if let Some(c) = cpu_current(tid) {
         // SAFETY: see `cpu_current`.
-        if unsafe { (*c).known } != cpu_current::UNKNOWN {
+        if !may_be_tracked(unsafe { (*c).known }) {
             return None;
         }
     }
@@ -288,8 +295,12 @@ fn current_thread(tid: u32) -> Result<Option<*mut ThreadState>, u32> {
     let cache = cpu_current(tid);
     // SAFETY: see `cpu_current`.
     let known = cache.map_or(cpu_current::UNKNOWN, |c| unsafe { (*c).known });
-    if known == cpu_current::UNKNOWN {
+    if may_be_tracked(known) {
         if let Some(st) = THREADS.get_ptr_mut(&tid) {
+            if let Some(c) = cache {
+                // SAFETY: see `cpu_current`.
+                unsafe { (*c).known = cpu_current::TRACKED };
+            }
             return Ok(Some(st));
         }
     }
@@ -325,7 +336,7 @@ fn current_thread(tid: u32) -> Result<Option<*mut ThreadState>, u32> {
         .map_err(|_| probe_stat::MAP_UPDATE_FAILED)?;
     if let Some(c) = cache {
         // SAFETY: see `cpu_current`.
-        unsafe { (*c).known = cpu_current::UNKNOWN };
+        unsafe { (*c).known = cpu_current::TRACKED };
     }
     Ok(THREADS.get_ptr_mut(&tid))
 }
@@ -372,6 +383,12 @@ fn try_sched_switch(ctx: &TracePointContext) -> Result<(), u32> {
                 (*st).since_ns = now;
                 (*st).state = thread_state::ON_CPU;
             }
+            // a read in flight leaves this CPU with the thread
+            if let Some(c) = CPU_CURRENT.get_ptr_mut(0) {
+                if (*c).tid == prev as u32 && (*c).read_start_ns != 0 {
+                    (*st).read_start_ns = (*c).read_start_ns;
+                }
+            }
             charge(st, now, true, blocked)?;
             if prev_state & TASK_EXITING != 0 {
                 flush(st)?;
@@ -393,8 +410,9 @@ fn try_sched_switch(ctx: &TracePointContext) -> Result<(), u32> {
         // SAFETY: see `cpu_current`.
         unsafe {
             (*c).tid = next;
+            (*c).read_start_ns = 0;
             (*c).known = if entry.is_some() {
-                cpu_current::UNKNOWN
+                cpu_current::TRACKED
             } else {
                 cpu_current::NOT_TRACKED
             };
@@ -465,9 +483,16 @@ pub fn sys_enter_read(_ctx: TracePointContext) -> u32 {
 }
 
 fn try_sys_enter_read() -> Result<(), u32> {
-    if let Some(st) = current_thread(bpf_get_current_pid_tgid() as u32)? {
-        // SAFETY: only this thread, running here, writes its read start.
-        unsafe { (*st).read_start_ns = bpf_ktime_get_ns() };
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let Some(c) = cpu_current(tid) else {
+        return Ok(());
+    };
+    // SAFETY: see `cpu_current`. A tracked thread's read start goes into the slot, and only
+    // there: no lookup of its entry.
+    unsafe {
+        if (*c).known == cpu_current::TRACKED || current_thread(tid)?.is_some() {
+            (*c).read_start_ns = bpf_ktime_get_ns();
+        }
     }
     Ok(())
 }
@@ -481,11 +506,24 @@ pub fn sys_exit_read(ctx: TracePointContext) -> u32 {
 }
 
 fn try_sys_exit_read(ctx: &TracePointContext) -> Result<(), u32> {
-    let Some(st) = current_entry(bpf_get_current_pid_tgid() as u32) else {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let Some(st) = current_entry(tid) else {
         return Ok(()); // not a watched thread
     };
-    // SAFETY: only this thread, running here, writes its read start; 0 marks none in flight.
-    let start = unsafe { core::mem::replace(&mut (*st).read_start_ns, 0) };
+    // The start is in this CPU's slot, or, when the thread was switched out during the read, in
+    // its entry. SAFETY: only this thread, running here, writes either; 0 marks none in flight.
+    let start = unsafe {
+        let in_slot = match CPU_CURRENT.get_ptr_mut(0) {
+            Some(c) if (*c).tid == tid => core::mem::replace(&mut (*c).read_start_ns, 0),
+            _ => 0,
+        };
+        let in_entry = core::mem::replace(&mut (*st).read_start_ns, 0);
+        if in_slot != 0 {
+            in_slot
+        } else {
+            in_entry
+        }
+    };
     if start == 0 {
         return Err(probe_stat::UNMATCHED_END);
     }
