@@ -359,6 +359,7 @@ pub fn sched_switch(ctx: TracePointContext) -> u32 {
 fn try_sched_switch(ctx: &TracePointContext) -> Result<(), u32> {
     // The clock is read only when a tracked thread is switched (0: not read yet).
     let mut now = 0;
+    let slot = CPU_CURRENT.get_ptr_mut(0);
     // The outgoing task is current.
     let prev: i32 = field_at::<i32, 24>(ctx, &SCHED_SWITCH_PREV_PID_OFFSET)?;
     if let Some(st) = current_thread(prev as u32)? {
@@ -383,9 +384,10 @@ fn try_sched_switch(ctx: &TracePointContext) -> Result<(), u32> {
                 (*st).since_ns = now;
                 (*st).state = thread_state::ON_CPU;
             }
-            // a read in flight leaves this CPU with the thread
-            if let Some(c) = CPU_CURRENT.get_ptr_mut(0) {
-                if (*c).tid == prev as u32 && (*c).read_start_ns != 0 {
+            // A read in flight leaves this CPU with the thread (`current_thread` claimed the
+            // slot for it).
+            if let Some(c) = slot {
+                if (*c).read_start_ns != 0 {
                     (*st).read_start_ns = (*c).read_start_ns;
                 }
             }
@@ -406,7 +408,7 @@ fn try_sched_switch(ctx: &TracePointContext) -> Result<(), u32> {
         return Ok(()); // the idle task
     }
     let entry = thread(next);
-    if let Some(c) = CPU_CURRENT.get_ptr_mut(0) {
+    if let Some(c) = slot {
         // SAFETY: see `cpu_current`.
         unsafe {
             (*c).tid = next;
@@ -507,16 +509,20 @@ pub fn sys_exit_read(ctx: TracePointContext) -> u32 {
 
 fn try_sys_exit_read(ctx: &TracePointContext) -> Result<(), u32> {
     let tid = bpf_get_current_pid_tgid() as u32;
-    let Some(st) = current_entry(tid) else {
+    let Some(c) = cpu_current(tid) else {
+        return Ok(());
+    };
+    // SAFETY: see `cpu_current`.
+    if !may_be_tracked(unsafe { (*c).known }) {
         return Ok(()); // not a watched thread
+    }
+    let Some(st) = thread(tid) else {
+        return Ok(());
     };
     // The start is in this CPU's slot, or, when the thread was switched out during the read, in
     // its entry. SAFETY: only this thread, running here, writes either; 0 marks none in flight.
     let start = unsafe {
-        let in_slot = match CPU_CURRENT.get_ptr_mut(0) {
-            Some(c) if (*c).tid == tid => core::mem::replace(&mut (*c).read_start_ns, 0),
-            _ => 0,
-        };
+        let in_slot = core::mem::replace(&mut (*c).read_start_ns, 0);
         let in_entry = core::mem::replace(&mut (*st).read_start_ns, 0);
         if in_slot != 0 {
             in_slot
