@@ -341,8 +341,13 @@ fn current_thread(tid: u32) -> Result<Option<*mut ThreadState>, u32> {
     Ok(THREADS.get_ptr_mut(&tid))
 }
 
-fn finish(r: Result<(), u32>) -> u32 {
-    if let Err(stat) = r {
+/// Runs a program's body, unless this is the empty-programs load, and counts its failure.
+#[inline(always)]
+fn run(body: impl FnOnce() -> Result<(), u32>) -> u32 {
+    if global(&EMPTY_PROGRAMS) != 0 {
+        return 0;
+    }
+    if let Err(stat) = body() {
         count_stat(stat);
     }
     0
@@ -350,10 +355,7 @@ fn finish(r: Result<(), u32>) -> u32 {
 
 #[tracepoint]
 pub fn sched_switch(ctx: TracePointContext) -> u32 {
-    if global(&EMPTY_PROGRAMS) != 0 {
-        return 0;
-    }
-    finish(try_sched_switch(&ctx))
+    run(|| try_sched_switch(&ctx))
 }
 
 fn try_sched_switch(ctx: &TracePointContext) -> Result<(), u32> {
@@ -436,10 +438,7 @@ fn try_sched_switch(ctx: &TracePointContext) -> Result<(), u32> {
 
 #[tracepoint]
 pub fn sched_wakeup(ctx: TracePointContext) -> u32 {
-    if global(&EMPTY_PROGRAMS) != 0 {
-        return 0;
-    }
-    finish(try_sched_wakeup(&ctx))
+    run(|| try_sched_wakeup(&ctx))
 }
 
 fn try_sched_wakeup(ctx: &TracePointContext) -> Result<(), u32> {
@@ -464,24 +463,20 @@ fn try_sched_wakeup(ctx: &TracePointContext) -> Result<(), u32> {
 
 #[tracepoint]
 pub fn sched_process_exit(_ctx: TracePointContext) -> u32 {
-    if global(&EMPTY_PROGRAMS) != 0 {
-        return 0;
-    }
-    // The exiting thread is current: its tally goes into the sums now. (Its last switch-out,
-    // state X, flushes what little comes after and removes the entry.)
-    if let Some(st) = current_entry(bpf_get_current_pid_tgid() as u32) {
-        // SAFETY: see `charge`.
-        finish(unsafe { flush(st) });
-    }
-    0
+    run(|| {
+        // The exiting thread is current: its tally goes into the sums now. (Its last
+        // switch-out, state X, flushes what little comes after and removes the entry.)
+        match current_entry(bpf_get_current_pid_tgid() as u32) {
+            // SAFETY: see `charge`.
+            Some(st) => unsafe { flush(st) },
+            None => Ok(()),
+        }
+    })
 }
 
 #[tracepoint]
 pub fn sys_enter_read(_ctx: TracePointContext) -> u32 {
-    if global(&EMPTY_PROGRAMS) != 0 {
-        return 0;
-    }
-    finish(try_sys_enter_read())
+    run(|| try_sys_enter_read())
 }
 
 fn try_sys_enter_read() -> Result<(), u32> {
@@ -501,10 +496,7 @@ fn try_sys_enter_read() -> Result<(), u32> {
 
 #[tracepoint]
 pub fn sys_exit_read(ctx: TracePointContext) -> u32 {
-    if global(&EMPTY_PROGRAMS) != 0 {
-        return 0;
-    }
-    finish(try_sys_exit_read(&ctx))
+    run(|| try_sys_exit_read(&ctx))
 }
 
 fn try_sys_exit_read(ctx: &TracePointContext) -> Result<(), u32> {
@@ -574,10 +566,7 @@ fn add_io(
 
 #[tracepoint]
 pub fn block_rq_issue(ctx: TracePointContext) -> u32 {
-    if global(&EMPTY_PROGRAMS) != 0 {
-        return 0;
-    }
-    finish(try_block_rq_issue(&ctx))
+    run(|| try_block_rq_issue(&ctx))
 }
 
 fn try_block_rq_issue(ctx: &TracePointContext) -> Result<(), u32> {
@@ -603,10 +592,7 @@ fn try_block_rq_issue(ctx: &TracePointContext) -> Result<(), u32> {
 
 #[tracepoint]
 pub fn block_rq_complete(ctx: TracePointContext) -> u32 {
-    if global(&EMPTY_PROGRAMS) != 0 {
-        return 0;
-    }
-    finish(try_block_rq_complete(&ctx))
+    run(|| try_block_rq_complete(&ctx))
 }
 
 fn try_block_rq_complete(ctx: &TracePointContext) -> Result<(), u32> {
