@@ -82,30 +82,53 @@ pub fn latency_bucket(ns: u64) -> usize {
     }
 }
 
-/// Where the kernel keeps a tracked thread between events: its current state, the read in flight,
-/// and the time charged to it since its last flush into the per-task sums.
+/// Where the kernel keeps a tracked thread between events: where it went at its last switch-out,
+/// the read in flight, and what was charged to it since its last flush into the per-task sums.
+///
+/// The time comes from the scheduler's own bookkeeping, read at each switch-out from the task
+/// itself: its run queue's clock (now), when it was last switched in (`sched_info.last_arrival`),
+/// and its run-queue wait so far (`sched_info.run_delay`). So the stint that ends is on-CPU time,
+/// and the episode before it splits into the run-queue wait (the growth of `run_delay`) and the
+/// rest, in the state the thread switched out in (D or S). No wake-up or switch-in program is
+/// needed, and a switch reads no clock.
 ///
 /// Charging the thread's own entry costs no second map lookup; the tally goes into the per-CPU
 /// `TASK_TIMES` sums only once it holds [`FLUSH_PENDING_NS`] of time or [`FLUSH_PENDING_SWITCHES`]
 /// switches, and when the thread exits. So a window read by userspace lags the truth by at most
-/// that much per thread.
+/// that much per thread, and a blocked thread's wait shows once it has run again.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadState {
     /// The thread (its key in `THREADS`, kept to remove the entry through a pointer).
     pub tid: u32,
-    pub pad: u32,
-    pub since_ns: u64,
+    /// Where it went at its last switch-out: one of the `thread_state` constants.
+    pub state: u32,
+    /// The scheduler clock at its last switch-out; 0 when none was seen yet.
+    pub out_ns: u64,
+    /// Its run-queue wait so far (`sched_info.run_delay`) at that switch-out.
+    pub run_delay_ns: u64,
     pub cgroup_id: u64,
     pub tgid: u32,
-    /// One of the `thread_state` constants.
-    pub state: u32,
+    pub pad: u32,
     /// Start of the read-family syscall in flight; 0 when none.
     pub read_start_ns: u64,
     /// Charged since the last flush.
-    pub pending: TaskTimes,
+    pub pending: PendingTimes,
     /// Reads finished since the last flush.
     pub reads: PendingReads,
+}
+
+/// A thread's times since its last flush (a [`TaskTimes`] with counters that cannot overflow
+/// before the flush at [`FLUSH_PENDING_SWITCHES`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PendingTimes {
+    pub on_cpu_ns: u64,
+    pub runq_ns: u64,
+    pub blocked_ns: u64,
+    pub sleep_ns: u64,
+    pub switches: u32,
+    pub blocked_switches: u32,
 }
 
 /// A thread's finished reads, held in its entry like its times: a read costs no lookup of the
@@ -126,8 +149,9 @@ pub const FLUSH_PENDING_READS: u32 = 64;
 const _: () = assert!(FLUSH_PENDING_READS <= u8::MAX as u32);
 
 /// What a CPU knows about the thread it runs, so that the events of a thread gpuwatch does not
-/// track cost no hash lookup: set when `sched_switch` switches `tid` in, valid while `tid` is the
-/// current thread of that CPU. Only the current thread can gain a `THREADS` entry (it is created
+/// track cost no hash lookup after its first: claimed for `tid` by the first event of the current
+/// thread after a switch (every switch clears it), valid while `tid` is the current thread of that
+/// CPU. Only the current thread can gain a `THREADS` entry (it is created
 /// at one of its own events), so "no entry" stays true until the cache says otherwise.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -159,12 +183,15 @@ pub mod cpu_current {
 /// A thread's tally goes into the per-task sums once it holds this much time...
 pub const FLUSH_PENDING_NS: u64 = 4_000_000;
 /// ... or this many switches.
-pub const FLUSH_PENDING_SWITCHES: u64 = 64;
+pub const FLUSH_PENDING_SWITCHES: u32 = 64;
 
+/// Where a thread went at its switch-out.
 pub mod thread_state {
-    pub const ON_CPU: u32 = 0;
+    /// Preempted: still runnable, waiting in the run queue.
     pub const RUNQ: u32 = 1;
+    /// Uninterruptible sleep (D): normally I/O.
     pub const BLOCKED: u32 = 2;
+    /// Interruptible sleep (S): waiting for an event, a lock, a timer.
     pub const SLEEP: u32 = 3;
 }
 

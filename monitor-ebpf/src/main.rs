@@ -1,20 +1,25 @@
 //! gpuwatch's kernel programs. Tracepoints only: the target kernels have no kprobes or fentry.
 //!
-//! - Thread-state time per (cgroup, tgid): `sched_switch` (the outgoing task is current; its
-//!   `prev_state` says where it goes: run queue, D or S), `sched_wakeup` / `sched_wakeup_new`
-//!   (keyed by the *woken* pid: current is the waker), switch-in via `next_pid`.
+//! - Thread-state time per (cgroup, tgid): `sched_switch` alone. The outgoing task is current;
+//!   its `prev_state` says where it goes (run queue, D or S), and the scheduler's own bookkeeping,
+//!   read from the task, says how long it ran and how long it waited in the run queue before
+//!   (see [`ThreadState`]). So neither wake-ups nor switch-ins need a program.
 //! - Blocking reads: `sys_enter_*` / `sys_exit_*` of read, pread64, readv, preadv, preadv2.
 //! - Disk: `block_rq_issue` / `block_rq_complete`, attributed to the issuing task.
 //!
 //! Each program is a thin `#[tracepoint]` fn that calls a `try_*` fn; failures are counted in
 //! `PROBE_STATS`, never dropped silently. Field offsets come from this kernel's format files
 //! (userspace overrides the globals below before load). Everything is aggregated in the kernel;
-//! userspace reads cumulative counters.
+//! userspace reads cumulative counters. Offsets into the kernel's own structures come from its
+//! BTF, and those reads are plain loads through `bpf_get_current_task_btf`.
 #![no_std]
 #![no_main]
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_get_current_task_btf,
+        bpf_ktime_get_ns,
+    },
     macros::{map, tracepoint},
     maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray},
     programs::TracePointContext,
@@ -22,7 +27,7 @@ use aya_ebpf::{
 };
 use monitor_common::{
     cpu_current, latency_bucket, probe_stat, thread_state, CpuCurrent, IoStats, PendingReads,
-    RequestKey, RequestStart, TaskKey, TaskTimes, ThreadState, FLUSH_PENDING_NS,
+    PendingTimes, RequestKey, RequestStart, TaskKey, TaskTimes, ThreadState, FLUSH_PENDING_NS,
     FLUSH_PENDING_READS, FLUSH_PENDING_SWITCHES, REQUEST_MAP_ENTRIES, TASK_EXITING,
     TASK_MAP_ENTRIES, TASK_REPORT_MASK, TASK_UNINTERRUPTIBLE, THREAD_MAP_ENTRIES,
     WATCHED_CGROUP_ENTRIES,
@@ -36,10 +41,6 @@ static SCHED_SWITCH_PREV_STATE_SIZE: u32 = 8;
 #[unsafe(no_mangle)]
 static SCHED_SWITCH_PREV_PID_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
-static SCHED_SWITCH_NEXT_PID_OFFSET: u32 = 0;
-#[unsafe(no_mangle)]
-static SCHED_WAKEUP_PID_OFFSET: u32 = 0;
-#[unsafe(no_mangle)]
 static SYS_EXIT_RET_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static BLOCK_ISSUE_DEV_OFFSET: u32 = 0;
@@ -51,6 +52,21 @@ static BLOCK_ISSUE_BYTES_OFFSET: u32 = 0;
 static BLOCK_COMPLETE_DEV_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static BLOCK_COMPLETE_SECTOR_OFFSET: u32 = 0;
+
+// Byte offsets into the kernel's structures, from its BTF.
+/// `task_struct.sched_info.run_delay`: the task's run-queue wait so far.
+#[unsafe(no_mangle)]
+static TASK_RUN_DELAY_OFFSET: u32 = 0;
+/// `task_struct.sched_info.last_arrival`: the run-queue clock at its last switch-in.
+#[unsafe(no_mangle)]
+static TASK_LAST_ARRIVAL_OFFSET: u32 = 0;
+/// `task_struct.se.cfs_rq`, `cfs_rq.rq`, `rq.clock`: the way to its run queue's clock.
+#[unsafe(no_mangle)]
+static TASK_CFS_RQ_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static CFS_RQ_RQ_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static RQ_CLOCK_OFFSET: u32 = 0;
 
 /// Non-zero: track only tasks whose cgroup id is in `WATCHED_CGROUPS` (userspace fills it with
 /// the workloads it reports), so the per-event cost stays flat however busy the host is.
@@ -157,31 +173,84 @@ fn per_cpu<V: Default>(map: &LruPerCpuHashMap<TaskKey, V>, key: &TaskKey) -> Res
     map.get_ptr_mut(key).ok_or(probe_stat::MAP_UPDATE_FAILED)
 }
 
-/// Charges the interval a tracked thread spent in its recorded state, up to `now`, to its own
-/// tally, and flushes the tally into the per-task sums when it is due (see [`ThreadState`]).
+/// The current task, as the kernel's own `task_struct`: the scheduler fields gpuwatch reads are
+/// plain loads (the verifier checks each offset against the kernel's BTF).
+struct CurrentTask(*const u8);
+
+impl CurrentTask {
+    #[inline(always)]
+    fn get() -> Self {
+        // SAFETY: helper without preconditions; it returns the current task, never null.
+        Self(unsafe { bpf_get_current_task_btf() } as *const u8)
+    }
+
+    /// The u64 at `offset` from `base`.
+    ///
+    /// # Safety
+    /// `base` is a kernel object pointer from BTF, and `offset` a u64 member's offset in it;
+    /// the verifier holds the program to that, and a faulting load reads 0.
+    #[inline(always)]
+    unsafe fn u64_at(base: *const u8, offset: &u32) -> u64 {
+        core::ptr::read_volatile(base.add(global(offset) as usize) as *const u64)
+    }
+
+    /// Its run-queue wait so far, ns.
+    #[inline(always)]
+    fn run_delay(&self) -> u64 {
+        // SAFETY: see `u64_at`; the offset comes from BTF.
+        unsafe { Self::u64_at(self.0, &TASK_RUN_DELAY_OFFSET) }
+    }
+
+    /// Its run queue's clock at its last switch-in.
+    #[inline(always)]
+    fn last_arrival(&self) -> u64 {
+        // SAFETY: as above.
+        unsafe { Self::u64_at(self.0, &TASK_LAST_ARRIVAL_OFFSET) }
+    }
+
+    /// Its run queue's clock, which the scheduler updates before a switch: at `sched_switch`,
+    /// the time of the switch, on the same clock as `last_arrival`.
+    #[inline(always)]
+    fn rq_clock(&self) -> u64 {
+        // SAFETY: as above, through two pointers the kernel keeps valid while the task runs.
+        unsafe {
+            let cfs_rq = Self::u64_at(self.0, &TASK_CFS_RQ_OFFSET) as *const u8;
+            let rq = Self::u64_at(cfs_rq, &CFS_RQ_RQ_OFFSET) as *const u8;
+            Self::u64_at(rq, &RQ_CLOCK_OFFSET)
+        }
+    }
+}
+
+/// Charges a tracked thread's time up to its switch-out at `now`, which `task` (the thread,
+/// current) is undergoing: the episode off the CPU before its last switch-in, split into its
+/// run-queue wait and the state it switched out in then, and the stint on the CPU since.
+/// Flushes the tally into the per-task sums when it is due (see [`ThreadState`]).
 ///
 /// # Safety
-/// `st` points to a live `THREADS` entry. Its writers are the CPU switching the thread and the
-/// CPU waking it, which happen one after the other, not at once.
+/// `st` points to the current thread's live `THREADS` entry; only the CPU running the thread
+/// writes it.
 #[inline(always)]
-unsafe fn charge(
-    st: *mut ThreadState,
-    now: u64,
-    extra_switch: bool,
-    blocked_switch: bool,
-) -> Result<(), u32> {
-    let dt = now.saturating_sub((*st).since_ns);
+unsafe fn switched_out(st: *mut ThreadState, task: &CurrentTask, now: u64) -> Result<(), u32> {
+    let arrival = task.last_arrival();
+    let run_delay = task.run_delay();
     let p = &mut (*st).pending;
-    // `& 3`: the states are 0..=3; the mask lets the verifier bound the field LLVM may compute
-    // from the state instead of branching.
-    match (*st).state & 3 {
-        thread_state::ON_CPU => p.on_cpu_ns += dt,
-        thread_state::RUNQ => p.runq_ns += dt,
-        thread_state::BLOCKED => p.blocked_ns += dt,
-        _ => p.sleep_ns += dt,
+    if (*st).out_ns != 0 {
+        let off_cpu = arrival.saturating_sub((*st).out_ns);
+        let runq = run_delay.saturating_sub((*st).run_delay_ns).min(off_cpu);
+        p.runq_ns += runq;
+        let rest = off_cpu - runq;
+        // `& 3`: the states are 1..=3; the mask lets the verifier bound the field LLVM may
+        // compute from the state instead of branching.
+        match (*st).state & 3 {
+            thread_state::BLOCKED => p.blocked_ns += rest,
+            thread_state::SLEEP => p.sleep_ns += rest,
+            _ => p.runq_ns += rest,
+        }
     }
-    p.switches += u64::from(extra_switch);
-    p.blocked_switches += u64::from(blocked_switch);
+    // (A thread first seen mid-stint is charged the whole stint: it ran all of it.)
+    p.on_cpu_ns += now.saturating_sub(arrival);
+    p.switches += 1;
+    (*st).run_delay_ns = run_delay;
     let held = p.on_cpu_ns + p.runq_ns + p.blocked_ns + p.sleep_ns;
     if held >= FLUSH_PENDING_NS || p.switches >= FLUSH_PENDING_SWITCHES {
         flush(st)?;
@@ -205,7 +274,7 @@ unsafe fn thread_task(st: *const ThreadState) -> TaskKey {
 /// Adds the thread's tally to its task's per-CPU sums and clears it.
 ///
 /// # Safety
-/// As for [`charge`].
+/// As for [`switched_out`].
 #[inline(always)]
 unsafe fn flush(st: *mut ThreadState) -> Result<(), u32> {
     let key = thread_task(st);
@@ -215,9 +284,9 @@ unsafe fn flush(st: *mut ThreadState) -> Result<(), u32> {
     (*t).runq_ns += p.runq_ns;
     (*t).blocked_ns += p.blocked_ns;
     (*t).sleep_ns += p.sleep_ns;
-    (*t).switches += p.switches;
-    (*t).blocked_switches += p.blocked_switches;
-    (*st).pending = TaskTimes::default();
+    (*t).switches += u64::from(p.switches);
+    (*t).blocked_switches += u64::from(p.blocked_switches);
+    (*st).pending = PendingTimes::default();
     if (*st).reads.count > 0 {
         flush_reads(st, &key)?;
     }
@@ -227,7 +296,7 @@ unsafe fn flush(st: *mut ThreadState) -> Result<(), u32> {
 /// Adds the thread's pending reads to its task's per-CPU read statistics and clears them.
 ///
 /// # Safety
-/// As for [`charge`].
+/// As for [`switched_out`].
 #[inline(always)]
 unsafe fn flush_reads(st: *mut ThreadState, key: &TaskKey) -> Result<(), u32> {
     let s = per_cpu(&READ_STATS, key)?;
@@ -325,10 +394,8 @@ fn current_thread(tid: u32) -> Result<Option<*mut ThreadState>, u32> {
     };
     let st = ThreadState {
         tid,
-        since_ns: unsafe { bpf_ktime_get_ns() },
         cgroup_id: key.cgroup_id,
         tgid: key.tgid,
-        state: thread_state::ON_CPU,
         ..ThreadState::default()
     };
     THREADS
@@ -359,33 +426,21 @@ pub fn sched_switch(ctx: TracePointContext) -> u32 {
 }
 
 fn try_sched_switch(ctx: &TracePointContext) -> Result<(), u32> {
-    // The clock is read only when a tracked thread is switched (0: not read yet).
-    let mut now = 0;
     let slot = CPU_CURRENT.get_ptr_mut(0);
     // The outgoing task is current.
     let prev: i32 = field_at::<i32, 24>(ctx, &SCHED_SWITCH_PREV_PID_OFFSET)?;
     if let Some(st) = current_thread(prev as u32)? {
-        now = unsafe { bpf_ktime_get_ns() };
         let prev_state: u64 = if global(&SCHED_SWITCH_PREV_STATE_SIZE) == 8 {
             field_at::<u64, 32>(ctx, &SCHED_SWITCH_PREV_STATE_OFFSET)?
         } else {
             u64::from(field::<u32>(ctx, &SCHED_SWITCH_PREV_STATE_OFFSET)?)
         };
         let blocked = prev_state & TASK_UNINTERRUPTIBLE != 0;
-        let state = if prev_state & TASK_REPORT_MASK == 0 {
-            thread_state::RUNQ // preempted: still runnable
-        } else if blocked {
-            thread_state::BLOCKED
-        } else {
-            thread_state::SLEEP
-        };
-        // SAFETY: `st` is this thread's live entry (see `charge`).
+        let task = CurrentTask::get();
+        let now = task.rq_clock();
+        // SAFETY: `st` is this thread's live entry, and the thread is current (see
+        // `switched_out`).
         unsafe {
-            if (*st).state != thread_state::ON_CPU {
-                // its switch-in was missed: charge no on-CPU time
-                (*st).since_ns = now;
-                (*st).state = thread_state::ON_CPU;
-            }
             // A read in flight leaves this CPU with the thread (`current_thread` claimed the
             // slot for it).
             if let Some(c) = slot {
@@ -393,70 +448,28 @@ fn try_sched_switch(ctx: &TracePointContext) -> Result<(), u32> {
                     (*st).read_start_ns = (*c).read_start_ns;
                 }
             }
-            charge(st, now, true, blocked)?;
+            (*st).pending.blocked_switches += u32::from(blocked);
+            switched_out(st, &task, now)?;
             if prev_state & TASK_EXITING != 0 {
                 flush(st)?;
                 let _ = THREADS.remove(&(*st).tid);
             } else {
-                (*st).since_ns = now;
-                (*st).state = state;
+                (*st).out_ns = now;
+                (*st).state = if prev_state & TASK_REPORT_MASK == 0 {
+                    thread_state::RUNQ // preempted: still runnable
+                } else if blocked {
+                    thread_state::BLOCKED
+                } else {
+                    thread_state::SLEEP
+                };
             }
         }
     }
-    // The incoming task: close whatever it was waiting in (normally the run queue).
-    let next: i32 = field_at::<i32, 56>(ctx, &SCHED_SWITCH_NEXT_PID_OFFSET)?;
-    let next = next as u32;
-    if next == 0 {
-        return Ok(()); // the idle task
-    }
-    let entry = thread(next);
+    // The incoming thread: nothing to charge (its wait is charged at its own switch-out); this
+    // CPU's slot describes no thread until that thread's first event claims it.
     if let Some(c) = slot {
         // SAFETY: see `cpu_current`.
-        unsafe {
-            (*c).tid = next;
-            (*c).read_start_ns = 0;
-            (*c).known = if entry.is_some() {
-                cpu_current::TRACKED
-            } else {
-                cpu_current::NOT_TRACKED
-            };
-        }
-    }
-    if let Some(st) = entry {
-        if now == 0 {
-            now = unsafe { bpf_ktime_get_ns() };
-        }
-        // SAFETY: as above; a thread is switched in on one CPU at a time.
-        unsafe {
-            charge(st, now, false, false)?;
-            (*st).state = thread_state::ON_CPU;
-            (*st).since_ns = now;
-        }
-    }
-    Ok(())
-}
-
-#[tracepoint]
-pub fn sched_wakeup(ctx: TracePointContext) -> u32 {
-    run(|| try_sched_wakeup(&ctx))
-}
-
-fn try_sched_wakeup(ctx: &TracePointContext) -> Result<(), u32> {
-    // Current is the waker: the woken thread comes from the record.
-    let pid: i32 = field_at::<i32, 24>(ctx, &SCHED_WAKEUP_PID_OFFSET)?;
-    let pid = pid as u32;
-    let Some(st) = thread(pid) else {
-        return Ok(());
-    };
-    // SAFETY: see `charge`.
-    unsafe {
-        let state = (*st).state;
-        if state == thread_state::BLOCKED || state == thread_state::SLEEP {
-            let now = bpf_ktime_get_ns();
-            charge(st, now, false, false)?;
-            (*st).state = thread_state::RUNQ;
-            (*st).since_ns = now;
-        }
+        unsafe { (*c).tid = 0 };
     }
     Ok(())
 }
@@ -467,7 +480,7 @@ pub fn sched_process_exit(_ctx: TracePointContext) -> u32 {
         // The exiting thread is current: its tally goes into the sums now. (Its last
         // switch-out, state X, flushes what little comes after and removes the entry.)
         match current_entry(bpf_get_current_pid_tgid() as u32) {
-            // SAFETY: see `charge`.
+            // SAFETY: see `switched_out`.
             Some(st) => unsafe { flush(st) },
             None => Ok(()),
         }
@@ -508,7 +521,16 @@ fn try_sys_exit_read(ctx: &TracePointContext) -> Result<(), u32> {
     if !may_be_tracked(unsafe { (*c).known }) {
         return Ok(()); // not a watched thread
     }
-    let Some(st) = thread(tid) else {
+    let entry = thread(tid);
+    // SAFETY: see `cpu_current`.
+    unsafe {
+        (*c).known = if entry.is_some() {
+            cpu_current::TRACKED
+        } else {
+            cpu_current::NOT_TRACKED
+        };
+    }
+    let Some(st) = entry else {
         return Ok(());
     };
     // The start is in this CPU's slot, or, when the thread was switched out during the read, in
@@ -527,7 +549,7 @@ fn try_sys_exit_read(ctx: &TracePointContext) -> Result<(), u32> {
     }
     let ret: i64 = field_at::<i64, 16>(ctx, &SYS_EXIT_RET_OFFSET)?;
     let dt = unsafe { bpf_ktime_get_ns() }.saturating_sub(start);
-    // SAFETY: see `charge`; `latency_bucket` is below LATENCY_BUCKETS.
+    // SAFETY: see `switched_out`; `latency_bucket` is below LATENCY_BUCKETS.
     unsafe {
         let r = &mut (*st).reads;
         r.count += 1;

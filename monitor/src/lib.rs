@@ -15,6 +15,7 @@ pub mod daemon;
 pub mod events;
 pub mod gpu_activity;
 pub mod health;
+pub mod kernel_btf;
 pub mod notify;
 pub mod output;
 pub mod recording;

@@ -333,3 +333,74 @@ fn a_process_moved_into_a_watched_cgroup_is_tracked_after_the_move() {
          2000 before the move)"
     );
 }
+
+/// The time split, against what the work did and the kernel's own CPU accounting: two shell
+/// loops pinned to one CPU for 0.6 s (each runs about half of it and waits in the run queue for
+/// the rest), then `sleep 0.4` (interruptible sleep), while the shells wait for them. On-CPU time is read from the scheduler's
+/// run-queue clock and the run-queue wait from its `run_delay`, D and S time as the rest: this
+/// checks each against an independent measure.
+#[test]
+fn a_cgroups_time_splits_into_cpu_run_queue_and_sleep_as_spent() {
+    require_root();
+    let cg = TempCgroup::new("split");
+    let mut probe = StallProbe::load(true).unwrap();
+    probe.watch(&HashSet::from([cg.id])).unwrap();
+    let cpu = if num_cpus() > 1 { 1 } else { 0 };
+    let spin = "timeout 0.6 sh -c 'while :; do :; done'";
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{} && exec taskset -c {cpu} sh -c \"{spin} & {spin} & wait; exec sleep 0.4\"",
+            cg.join_self()
+        ))
+        .status()
+        .unwrap();
+    // `timeout` ends each loop with SIGTERM: status 124 from `wait`, not checked
+    assert!(status.code().is_some());
+
+    let mut totals = ProbeTotals::default();
+    probe.read(&mut totals).unwrap();
+    let mut t = monitor_common::TaskTimes::default();
+    for (_, v) in totals.times.iter().filter(|(k, _)| k.cgroup_id == cg.id) {
+        gpuwatch::sources::stall_probe::Accumulate::accumulate(&mut t, v);
+    }
+    let s = |ns: u64| ns as f64 / 1e9;
+    // the kernel's own CPU time for the cgroup (cgroup v2 keeps it with no controller enabled)
+    let stat = std::fs::read_to_string(cg.path.join("cpu.stat")).unwrap();
+    let usage_s = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("usage_usec "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .expect("usage_usec in cpu.stat")
+        / 1e6;
+    let summary = format!(
+        "on CPU {:.3} s (cpu.stat {usage_s:.3} s), run queue {:.3} s, D {:.3} s, S {:.3} s",
+        s(t.on_cpu_ns),
+        s(t.runq_ns),
+        s(t.blocked_ns),
+        s(t.sleep_ns)
+    );
+    eprintln!("{summary}");
+    assert!(
+        (s(t.on_cpu_ns) - usage_s).abs() <= 0.05 + 0.1 * usage_s,
+        "on-CPU time against the cgroup's own usage: {summary}"
+    );
+    assert!(
+        usage_s >= 0.5,
+        "the two loops ran about 0.6 s between them: {summary}"
+    );
+    assert!(
+        (0.4..=0.8).contains(&s(t.runq_ns)),
+        "each loop waited about half of its 0.6 s in the run queue: {summary}"
+    );
+    assert!(
+        (2.0..=2.6).contains(&s(t.sleep_ns)),
+        "S: `sleep 0.4`, the shell's 0.6 s in `wait` and each `timeout`'s 0.6 s waiting for its \
+         loop, 2.2 s: {summary}"
+    );
+    assert!(s(t.blocked_ns) < 0.05, "nothing waited on I/O: {summary}");
+}
+
+fn num_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}

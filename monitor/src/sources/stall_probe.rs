@@ -1,10 +1,12 @@
 //! The stall probes: `monitor-ebpf`'s tracepoint programs and their maps.
 //!
-//! Loads the programs with field offsets read from this kernel's format files, attaches them,
+//! Loads the programs with field offsets read from this kernel's format files and offsets into
+//! its scheduler structures read from its BTF, attaches them,
 //! points the in-kernel cgroup filter at the workloads userspace reports, and reads the
 //! cumulative per-(cgroup, tgid) counters each round: thread-state times, read-syscall latency,
 //! disk-request latency. Parts whose tracepoints this kernel lacks are left out and named in
 //! [`StallProbe::missing`]; only the scheduler part is required.
+use crate::kernel_btf::{BtfError, KernelBtf};
 use crate::{caps, tracefs};
 use aya::maps::{
     Array, HashMap as BpfHashMap, MapData, MapError, PerCpuArray, PerCpuHashMap, PerCpuValues,
@@ -28,6 +30,8 @@ pub enum ProbeError {
     Capabilities(std::io::Error),
     #[error(transparent)]
     Tracefs(#[from] tracefs::TracefsError),
+    #[error("scheduler fields: {0}")]
+    KernelBtf(#[from] BtfError),
     #[error("the kernel refused the eBPF object: {0}")]
     Load(#[from] EbpfError),
     #[error("program {name}: {source}")]
@@ -116,15 +120,8 @@ fn offsets(tracefs: &Path) -> Result<Offsets, ProbeError> {
             "SCHED_SWITCH_PREV_PID_OFFSET",
             f("sched", "sched_switch", "prev_pid")?.offset,
         ),
-        (
-            "SCHED_SWITCH_NEXT_PID_OFFSET",
-            f("sched", "sched_switch", "next_pid")?.offset,
-        ),
-        (
-            "SCHED_WAKEUP_PID_OFFSET",
-            f("sched", "sched_wakeup", "pid")?.offset,
-        ),
     ];
+    globals.extend(scheduler_offsets(&KernelBtf::load()?)?);
     let mut missing = Vec::new();
     let reads = match f("syscalls", "sys_exit_read", "ret") {
         Ok(ret) => {
@@ -176,6 +173,27 @@ fn offsets(tracefs: &Path) -> Result<Offsets, ProbeError> {
         reads,
         disk,
     })
+}
+
+/// Where `sched_switch` finds the scheduler's own bookkeeping: the switched-out task's run-queue
+/// wait and last switch-in, and its run queue's clock (see `monitor_common::ThreadState`).
+fn scheduler_offsets(btf: &KernelBtf) -> Result<Vec<(&'static str, u32)>, BtfError> {
+    Ok(vec![
+        (
+            "TASK_RUN_DELAY_OFFSET",
+            btf.member_offset("task_struct", &["sched_info", "run_delay"])?,
+        ),
+        (
+            "TASK_LAST_ARRIVAL_OFFSET",
+            btf.member_offset("task_struct", &["sched_info", "last_arrival"])?,
+        ),
+        (
+            "TASK_CFS_RQ_OFFSET",
+            btf.member_offset("task_struct", &["se", "cfs_rq"])?,
+        ),
+        ("CFS_RQ_RQ_OFFSET", btf.member_offset("cfs_rq", &["rq"])?),
+        ("RQ_CLOCK_OFFSET", btf.member_offset("rq", &["clock"])?),
+    ])
 }
 
 fn attach(
@@ -244,11 +262,6 @@ impl StallProbe {
         let mut ebpf = loader.load(PROBES)?;
 
         attach(&mut ebpf, "sched_switch", &[("sched", "sched_switch")])?;
-        attach(
-            &mut ebpf,
-            "sched_wakeup",
-            &[("sched", "sched_wakeup"), ("sched", "sched_wakeup_new")],
-        )?;
         let mut missing = offsets.missing;
         if let Err(e) = attach(
             &mut ebpf,
