@@ -51,35 +51,30 @@ pub struct IoStats {
     pub hist: [u64; LATENCY_BUCKETS],
 }
 
-/// The log2-µs bucket of a latency, without loops (the verifier counts every instruction).
+/// The log2-µs bucket of a latency: the largest `b` with `ns >= 1000 << b` (that is, with
+/// `ns / 1000 >= 2^b`), found by binary lifting, with no loop (the verifier counts every
+/// instruction) and no division (a 64-bit divide is among the dearest instructions a program
+/// runs per read).
 #[inline(always)]
 pub fn latency_bucket(ns: u64) -> usize {
-    let mut us = ns / 1_000;
-    let mut b = 0usize;
-    if us >= 1 << 16 {
-        us >>= 16;
-        b += 16;
+    const US: u64 = 1_000;
+    let mut b = 0u32;
+    if ns >= US << 16 {
+        b = 16;
     }
-    if us >= 1 << 8 {
-        us >>= 8;
+    if ns >= US << (b + 8) {
         b += 8;
     }
-    if us >= 1 << 4 {
-        us >>= 4;
+    if ns >= US << (b + 4) {
         b += 4;
     }
-    if us >= 1 << 2 {
-        us >>= 2;
+    if ns >= US << (b + 2) {
         b += 2;
     }
-    if us >= 1 << 1 {
+    if ns >= US << (b + 1) {
         b += 1;
     }
-    if b >= LATENCY_BUCKETS {
-        LATENCY_BUCKETS - 1
-    } else {
-        b
-    }
+    (b as usize).min(LATENCY_BUCKETS - 1)
 }
 
 /// Where the kernel keeps a tracked thread between events: where it went at its last switch-out,
@@ -275,6 +270,19 @@ mod tests {
         assert_eq!(latency_bucket(u64::MAX), LATENCY_BUCKETS - 1);
         for i in 0..LATENCY_BUCKETS - 1 {
             assert_eq!(latency_bucket((1u64 << i) * 1_000), i, "{i}");
+            if i > 0 {
+                assert_eq!(latency_bucket((1u64 << i) * 1_000 - 1), i - 1, "{i}");
+            }
+        }
+        // the same as log2 of whole microseconds, everywhere
+        let mut x = 1u64;
+        while x < u64::MAX / 3 {
+            for ns in [x, x + 1, x * 2 - 1] {
+                let us = ns / 1_000;
+                let want = if us == 0 { 0 } else { us.ilog2() as usize };
+                assert_eq!(latency_bucket(ns), want.min(LATENCY_BUCKETS - 1), "{ns}");
+            }
+            x = x * 3 / 2 + 1;
         }
     }
 }
