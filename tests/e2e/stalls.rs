@@ -398,7 +398,8 @@ fn a_cgroups_time_splits_into_cpu_run_queue_and_sleep_as_spent() {
         "S: `sleep 0.4`, the shell's 0.6 s in `wait` and each `timeout`'s 0.6 s waiting for its \
          loop, 2.2 s: {summary}"
     );
-    assert!(s(t.blocked_ns) < 0.05, "nothing waited on I/O: {summary}");
+    // D only where an `exec` pages its binary in from a disk that the other tests keep busy
+    assert!(s(t.blocked_ns) < 0.25, "nothing else waited on I/O: {summary}");
 }
 
 fn num_cpus() -> usize {
