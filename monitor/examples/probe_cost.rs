@@ -313,7 +313,15 @@ fn main() -> anyhow::Result<()> {
     let mut loader_stats = Stats::default();
     let loader_events = loader_files(LOADER_FILE_KIB[0]).and_then(|files| {
         let load = Load::Loader(&files);
-        alternate(&procs, cpu, load, secs, rounds, watched, Some(&mut loader_stats))
+        alternate(
+            &procs,
+            cpu,
+            load,
+            secs,
+            rounds,
+            watched,
+            Some(&mut loader_stats),
+        )
     });
     // Statistics cost two clock reads per program run: off while throughput is measured, as
     // in production.

@@ -399,7 +399,10 @@ fn a_cgroups_time_splits_into_cpu_run_queue_and_sleep_as_spent() {
          loop, 2.2 s: {summary}"
     );
     // D only where an `exec` pages its binary in from a disk that the other tests keep busy
-    assert!(s(t.blocked_ns) < 0.25, "nothing else waited on I/O: {summary}");
+    assert!(
+        s(t.blocked_ns) < 0.25,
+        "nothing else waited on I/O: {summary}"
+    );
 }
 
 fn num_cpus() -> usize {
