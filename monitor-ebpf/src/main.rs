@@ -222,15 +222,21 @@ impl CurrentTask {
 }
 
 /// Charges a tracked thread's time up to its switch-out at `now`, which `task` (the thread,
-/// current) is undergoing: the episode off the CPU before its last switch-in, split into its
-/// run-queue wait and the state it switched out in then, and the stint on the CPU since.
-/// Flushes the tally into the per-task sums when it is due (see [`ThreadState`]).
+/// current) is undergoing in `prev_state`: the episode off the CPU before its last switch-in,
+/// split into its run-queue wait and the state it switched out in then, and the stint on the
+/// CPU since. Records where it goes now, and flushes the tally into the per-task sums when it is
+/// due (see [`ThreadState`]) or the thread is exiting (its entry then goes).
 ///
 /// # Safety
 /// `st` points to the current thread's live `THREADS` entry; only the CPU running the thread
 /// writes it.
 #[inline(always)]
-unsafe fn switched_out(st: *mut ThreadState, task: &CurrentTask, now: u64) -> Result<(), u32> {
+unsafe fn switched_out(
+    st: *mut ThreadState,
+    task: &CurrentTask,
+    now: u64,
+    prev_state: u64,
+) -> Result<(), u32> {
     let arrival = task.last_arrival();
     let run_delay = task.run_delay();
     let p = &mut (*st).pending;
@@ -250,11 +256,26 @@ unsafe fn switched_out(st: *mut ThreadState, task: &CurrentTask, now: u64) -> Re
     // (A thread first seen mid-stint is charged the whole stint: it ran all of it.)
     p.on_cpu_ns += now.saturating_sub(arrival);
     p.switches += 1;
-    (*st).run_delay_ns = run_delay;
+    let blocked = prev_state & TASK_UNINTERRUPTIBLE != 0;
+    p.blocked_switches += u32::from(blocked);
     let held = p.on_cpu_ns + p.runq_ns + p.blocked_ns + p.sleep_ns;
-    if held >= FLUSH_PENDING_NS || p.switches >= FLUSH_PENDING_SWITCHES {
+    let exiting = prev_state & TASK_EXITING != 0;
+    if exiting || held >= FLUSH_PENDING_NS || p.switches >= FLUSH_PENDING_SWITCHES {
         flush(st)?;
     }
+    if exiting {
+        let _ = THREADS.remove(&(*st).tid);
+        return Ok(());
+    }
+    (*st).out_ns = now;
+    (*st).run_delay_ns = run_delay;
+    (*st).state = if prev_state & TASK_REPORT_MASK == 0 {
+        thread_state::RUNQ // preempted: still runnable
+    } else if blocked {
+        thread_state::BLOCKED
+    } else {
+        thread_state::SLEEP
+    };
     Ok(())
 }
 
@@ -435,7 +456,6 @@ fn try_sched_switch(ctx: &TracePointContext) -> Result<(), u32> {
         } else {
             u64::from(field::<u32>(ctx, &SCHED_SWITCH_PREV_STATE_OFFSET)?)
         };
-        let blocked = prev_state & TASK_UNINTERRUPTIBLE != 0;
         let task = CurrentTask::get();
         let now = task.rq_clock();
         // SAFETY: `st` is this thread's live entry, and the thread is current (see
@@ -448,21 +468,7 @@ fn try_sched_switch(ctx: &TracePointContext) -> Result<(), u32> {
                     (*st).read_start_ns = (*c).read_start_ns;
                 }
             }
-            (*st).pending.blocked_switches += u32::from(blocked);
-            switched_out(st, &task, now)?;
-            if prev_state & TASK_EXITING != 0 {
-                flush(st)?;
-                let _ = THREADS.remove(&(*st).tid);
-            } else {
-                (*st).out_ns = now;
-                (*st).state = if prev_state & TASK_REPORT_MASK == 0 {
-                    thread_state::RUNQ // preempted: still runnable
-                } else if blocked {
-                    thread_state::BLOCKED
-                } else {
-                    thread_state::SLEEP
-                };
-            }
+            switched_out(st, &task, now, prev_state)?;
         }
     }
     // The incoming thread: nothing to charge (its wait is charged at its own switch-out); this

@@ -442,25 +442,16 @@ mod tests {
     #[test]
     fn says_which_member_is_missing_or_unusable() {
         let btf = sample();
-        let e = btf
-            .member_offset("task_struct", &["sched_info", "last_arrival"])
-            .unwrap_err()
-            .to_string();
+        let err = |strukt, path: &[&str]| btf.member_offset(strukt, path).unwrap_err().to_string();
+        let e = err("task_struct", &["sched_info", "last_arrival"]);
         assert!(
             e.contains("struct task_struct.sched_info has no member last_arrival"),
             "{e}"
         );
-        let e = btf.member_offset("rq", &["clock"]).unwrap_err().to_string();
-        assert_eq!(e, "test.btf: no struct rq");
-        let e = btf
-            .member_offset("cfs_rq", &["nr"])
-            .unwrap_err()
-            .to_string();
+        assert_eq!(err("rq", &["clock"]), "test.btf: no struct rq");
+        let e = err("cfs_rq", &["nr"]);
         assert!(e.contains("cfs_rq.nr is a bit field"), "{e}");
-        let e = btf
-            .member_offset("task_struct", &["pid", "x"])
-            .unwrap_err()
-            .to_string();
+        let e = err("task_struct", &["pid", "x"]);
         assert!(
             e.contains("task_struct.pid is not a struct or union, so it has no member x"),
             "{e}"
