@@ -6,11 +6,13 @@
 //! script a timeline by rewriting it. Every exported function follows the NVML contract the agent
 //! relies on: buffer sizing with INSUFFICIENT_SIZE, NOT_FOUND for "no samples since", the
 //! `_v2`/`_v3` struct layouts (taken from nvml-wrapper-sys, so they match the real ones), and
-//! injectable errors and delays per function.
+//! injectable errors, delays and CPU costs per function. What the utilisation queries return is
+//! the measured H200 driver's behaviour ([`timeline`], [`driver`]).
 #![allow(non_snake_case, non_upper_case_globals, clippy::missing_safety_doc)]
 
-mod file_sampler;
+pub mod driver;
 pub mod scenario;
+pub mod timeline;
 
 use nvml_wrapper_sys::bindings::*;
 use scenario::{Kind, Scenario};
@@ -103,16 +105,37 @@ fn error_code(name: &str) -> nvmlReturn_t {
 
 const OK: nvmlReturn_t = nvmlReturn_enum_NVML_SUCCESS;
 
+/// The injected delay and CPU cost of `func`, read under the scenario lock.
+fn delay_and_cost(func: &str) -> (Option<u64>, Option<u64>) {
+    with_scenario(|s| {
+        (
+            s.delays_ms.get(func).copied(),
+            s.call_cost_us.get(func).copied(),
+        )
+    })
+}
+
+/// Sleeps the injected delay (with no lock held: other calls go on, as with a driver where one
+/// call hangs) and burns the injected CPU cost.
+fn pay(func: &str) {
+    let (delay, cost) = delay_and_cost(func);
+    if let Some(ms) = delay {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+    if let Some(us) = cost {
+        let until = std::time::Instant::now() + Duration::from_micros(us);
+        while std::time::Instant::now() < until {
+            std::hint::spin_loop();
+        }
+    }
+}
+
 /// Runs a function with no device argument.
 fn global(func: &str, f: impl FnOnce(&Scenario) -> nvmlReturn_t) -> nvmlReturn_t {
-    with_scenario(|s| {
-        if let Some(ms) = s.delays_ms.get(func) {
-            std::thread::sleep(Duration::from_millis(*ms));
-        }
-        match s.errors.get(func) {
-            Some(e) => error_code(e),
-            None => f(s),
-        }
+    pay(func);
+    with_scenario(|s| match s.errors.get(func) {
+        Some(e) => error_code(e),
+        None => f(s),
     })
 }
 
@@ -122,6 +145,7 @@ fn device(
     handle: nvmlDevice_t,
     f: impl FnOnce(&scenario::Device) -> nvmlReturn_t,
 ) -> nvmlReturn_t {
+    pay(func);
     with_scenario(|s| {
         let Some(d) = (handle as usize)
             .checked_sub(1)
@@ -129,9 +153,6 @@ fn device(
         else {
             return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
         };
-        if let Some(ms) = s.delays_ms.get(func) {
-            std::thread::sleep(Duration::from_millis(*ms));
-        }
         if d.lost {
             return nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST;
         }
@@ -140,6 +161,12 @@ fn device(
             None => f(d),
         }
     })
+}
+
+/// Runs `f` on the simulated driver's state of the device behind `handle`.
+fn driver_state<T>(handle: nvmlDevice_t, f: impl FnOnce(&driver::DeviceState) -> T) -> T {
+    let history = with_scenario(|s| s.history_records);
+    driver::with_device((handle as usize).saturating_sub(1), history, f)
 }
 
 unsafe fn write_str(dst: *mut c_char, len: c_uint, s: &str) -> nvmlReturn_t {
@@ -167,7 +194,7 @@ unsafe fn put<T>(dst: *mut T, v: T) -> nvmlReturn_t {
 pub extern "C" fn nvmlInit_v2() -> nvmlReturn_t {
     let r = with_scenario(|s| s.init_error.as_deref().map_or(OK, error_code));
     if r == OK {
-        file_sampler::start();
+        driver::start();
     }
     r
 }
@@ -272,11 +299,14 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
     handle: nvmlDevice_t,
     u: *mut nvmlUtilization_t,
 ) -> nvmlReturn_t {
+    // The real reading is a short window's: polled in step with a periodic load it aliases
+    // (8 % and 64 % in two runs at a 39 % load). The fake returns the latest period's figure.
+    let latest = driver_state(handle, |st| st.timeline.latest().map(|r| r.device_percent));
     device("nvmlDeviceGetUtilizationRates", handle, |d| {
         put(
             u,
             nvmlUtilization_t {
-                gpu: d.utilization_gpu,
+                gpu: d.utilization_gpu.or(latest).unwrap_or(0),
                 memory: d.utilization_memory,
             },
         )
@@ -492,41 +522,53 @@ pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v3(
     })
 }
 
-/// Samples of one device newer than `last_seen` (µs since the epoch), one per process per
-/// `sample_period_ms`, on a grid aligned to the period.
-pub fn samples_since(
-    d: &scenario::Device,
-    last_seen: u64,
-    now_us: u64,
-    history_us: u64,
-) -> Vec<nvmlProcessUtilizationSample_t> {
-    let oldest = now_us.saturating_sub(history_us);
-    let mut out = Vec::new();
-    for p in &d.processes {
-        if p.sm_util_file.is_some() {
-            continue; // sampled over time by file_sampler
+/// `nvmlDeviceGetSamples`, for `NVML_GPU_UTILIZATION_SAMPLES` (1) only: every record newer than
+/// `last_seen`. A null buffer asks for the count (SUCCESS, as pynvml relies on); a small one is
+/// INSUFFICIENT_SIZE with the count needed; none newer is NOT_FOUND.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetSamples(
+    handle: nvmlDevice_t,
+    kind: nvmlSamplingType_t,
+    last_seen: c_ulonglong,
+    value_type: *mut nvmlValueType_t,
+    count: *mut c_uint,
+    out: *mut nvmlSample_t,
+) -> nvmlReturn_t {
+    let samples = driver_state(handle, |st| st.timeline.device_samples(last_seen));
+    device("nvmlDeviceGetSamples", handle, |_| {
+        if count.is_null() || value_type.is_null() {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
         }
-        let Some(sm) = p.sm_util else { continue };
-        let period = p.sample_period_ms.max(1) * 1000;
-        let mut ts = now_us - now_us % period;
-        while ts > last_seen && ts > oldest {
-            out.push(nvmlProcessUtilizationSample_t {
-                pid: p.pid,
-                timeStamp: ts,
-                smUtil: sm,
-                memUtil: p.mem_util,
-                encUtil: 0,
-                decUtil: 0,
-            });
-            ts = match ts.checked_sub(period) {
-                Some(t) => t,
-                None => break,
+        if kind != nvmlSamplingType_enum_NVML_GPU_UTILIZATION_SAMPLES {
+            return nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+        }
+        *value_type = nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_INT;
+        if samples.is_empty() {
+            *count = 0;
+            return nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
+        }
+        let cap = *count as usize;
+        *count = samples.len() as c_uint;
+        if out.is_null() {
+            return OK;
+        }
+        if cap < samples.len() {
+            return nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
+        }
+        for (i, (ts, v)) in samples.iter().enumerate() {
+            *out.add(i) = nvmlSample_t {
+                timeStamp: *ts,
+                sampleValue: nvmlValue_t { uiVal: *v },
             };
         }
-    }
-    out
+        OK
+    })
 }
 
+/// `nvmlDeviceGetProcessUtilization`: one entry per process credited with a record since
+/// `last_seen` ([`timeline::Timeline::process_samples`]). As measured, the buffer must hold the
+/// driver's whole history (72 entries asked for with a null buffer, INSUFFICIENT_SIZE for 64
+/// even when one entry would come back); none newer is NOT_FOUND.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
     handle: nvmlDevice_t,
@@ -534,24 +576,123 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
     count: *mut c_uint,
     last_seen: c_ulonglong,
 ) -> nvmlReturn_t {
-    let index = (handle as usize).wrapping_sub(1);
-    let history_us = with_scenario(|s| s.sample_history_ms * 1000);
-    device("nvmlDeviceGetProcessUtilization", handle, |d| {
-        let now_us = now_us();
-        let mut samples = samples_since(d, last_seen, now_us, history_us);
-        file_sampler::samples_since(
-            index,
-            last_seen.max(now_us.saturating_sub(history_us)),
-            &mut samples,
-        );
+    let history = with_scenario(|s| s.history_records);
+    let samples = driver_state(handle, |st| st.timeline.process_samples(last_seen));
+    device("nvmlDeviceGetProcessUtilization", handle, |_| {
+        if count.is_null() {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+        }
+        if out.is_null() || (*count as usize) < history {
+            *count = history as c_uint;
+            return nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
+        }
         if samples.is_empty() {
-            if !count.is_null() {
-                *count = 0;
-            }
-            // As the real driver does: no samples since last_seen is NOT_FOUND.
+            *count = 0;
             return nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
         }
-        fill(&samples, count, out)
+        *count = samples.len() as c_uint;
+        for (i, (pid, ts, sm, mem)) in samples.iter().enumerate() {
+            *out.add(i) = nvmlProcessUtilizationSample_t {
+                pid: *pid,
+                timeStamp: *ts,
+                smUtil: *sm,
+                memUtil: *mem,
+                encUtil: 0,
+                decUtil: 0,
+            };
+        }
+        OK
+    })
+}
+
+// GPM: a sample is a copy of the device's activity integrals at the time it was taken; the
+// metrics between two samples are the integrals' growth over the time between them.
+
+struct GpmSample {
+    counters: Option<driver::GpmCounters>,
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlGpmQueryDeviceSupport(
+    handle: nvmlDevice_t,
+    support: *mut nvmlGpmSupport_t,
+) -> nvmlReturn_t {
+    device("nvmlGpmQueryDeviceSupport", handle, |d| {
+        if support.is_null() {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+        }
+        (*support).isSupportedDevice = c_uint::from(d.gpm_supported);
+        OK
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlGpmSampleAlloc(sample: *mut nvmlGpmSample_t) -> nvmlReturn_t {
+    global("nvmlGpmSampleAlloc", |_| {
+        let boxed = Box::new(GpmSample { counters: None });
+        put(sample, Box::into_raw(boxed) as nvmlGpmSample_t)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlGpmSampleFree(sample: nvmlGpmSample_t) -> nvmlReturn_t {
+    if !sample.is_null() {
+        drop(Box::from_raw(sample as *mut GpmSample));
+    }
+    OK
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlGpmSampleGet(
+    handle: nvmlDevice_t,
+    sample: nvmlGpmSample_t,
+) -> nvmlReturn_t {
+    let counters = driver_state(handle, |st| st.gpm);
+    device("nvmlGpmSampleGet", handle, |d| {
+        if sample.is_null() {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+        }
+        if !d.gpm_supported {
+            return nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+        }
+        (*(sample as *mut GpmSample)).counters = Some(counters);
+        OK
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlGpmMetricsGet(m: *mut nvmlGpmMetricsGet_t) -> nvmlReturn_t {
+    global("nvmlGpmMetricsGet", |_| {
+        if m.is_null() || (*m).sample1.is_null() || (*m).sample2.is_null() {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+        }
+        let (Some(a), Some(b)) = (
+            (*((*m).sample1 as *const GpmSample)).counters,
+            (*((*m).sample2 as *const GpmSample)).counters,
+        ) else {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+        };
+        let dt = b.ts_us.saturating_sub(a.ts_us).max(1) as f64;
+        let request = &mut *m;
+        let n = (request.numMetrics as usize).min(request.metrics.len());
+        for metric in &mut request.metrics[..n] {
+            let delta = match metric.metricId {
+                nvmlGpmMetricId_t_NVML_GPM_METRIC_GRAPHICS_UTIL => Some(b.engine - a.engine),
+                nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_UTIL => Some(b.sm - a.sm),
+                nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_OCCUPANCY => Some(b.occupancy - a.occupancy),
+                nvmlGpmMetricId_t_NVML_GPM_METRIC_ANY_TENSOR_UTIL => Some(b.tensor - a.tensor),
+                nvmlGpmMetricId_t_NVML_GPM_METRIC_DRAM_BW_UTIL => Some(b.dram - a.dram),
+                _ => None,
+            };
+            match delta {
+                Some(v) => {
+                    metric.nvmlReturn = OK;
+                    metric.value = (v / dt).clamp(0.0, 100.0);
+                }
+                None => metric.nvmlReturn = nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
+            }
+        }
+        OK
     })
 }
 
@@ -625,37 +766,6 @@ pub unsafe extern "C" fn nvmlEventSetFree(_set: nvmlEventSet_t) -> nvmlReturn_t 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn samples_follow_the_period_and_last_seen() {
-        let d = scenario::Device {
-            processes: vec![
-                scenario::Process {
-                    pid: 1,
-                    sm_util: Some(50),
-                    sample_period_ms: 200,
-                    ..Default::default()
-                },
-                scenario::Process {
-                    pid: 2,
-                    sm_util: None,
-                    ..Default::default()
-                },
-            ],
-            ..Default::default()
-        };
-        let now = 1_000_000_000_000u64;
-        let s = samples_since(&d, now - 1_000_000, now, 10_000_000);
-        assert_eq!(s.len(), 5, "1 s at 200 ms");
-        assert!(s.iter().all(|x| x.pid == 1 && x.smUtil == 50));
-        assert!(samples_since(&d, now, now, 10_000_000).is_empty());
-        assert_eq!(
-            samples_since(&d, 0, now, 10_000_000).len(),
-            50,
-            "history is bounded"
-        );
-        assert_eq!(samples_since(&d, 0, now, 1_000_000).len(), 5);
-    }
 
     #[test]
     fn fill_follows_the_sizing_contract() {

@@ -13,19 +13,25 @@ pub struct Scenario {
     /// Errors for functions that take no device (e.g. `nvmlDeviceGetCount_v2`), by function name.
     #[serde(default)]
     pub errors: HashMap<String, String>,
-    /// Milliseconds to sleep in a function before answering, by function name (every device).
+    /// Milliseconds to sleep in a function before answering, by function name (every device): a
+    /// hung or slow driver. Other calls go on meanwhile.
     #[serde(default)]
     pub delays_ms: HashMap<String, u64>,
-    /// How much per-process sample history the driver keeps, in milliseconds. Real drivers keep
-    /// only a short history: an agent that queries less often loses samples.
+    /// Microseconds of CPU to burn in a function, by function name: what each call costs the
+    /// caller on a real driver (docs/gpu-sampling.md lists the H200's), so a benchmark can
+    /// model the real floor.
+    #[serde(default)]
+    pub call_cost_us: HashMap<String, u64>,
+    /// Utilisation records the driver keeps per GPU (72 on the H200, about 14 s): an agent
+    /// that fetches less often than that loses part of the series.
     #[serde(default = "default_history")]
-    pub sample_history_ms: u64,
+    pub history_records: usize,
     #[serde(default)]
     pub devices: Vec<Device>,
 }
 
-fn default_history() -> u64 {
-    10_000
+fn default_history() -> usize {
+    crate::timeline::HISTORY_RECORDS
 }
 
 fn default_driver() -> String {
@@ -43,8 +49,10 @@ pub struct Device {
     /// Defaults to the sum of the processes' memory plus 512 MiB of driver reservation.
     #[serde(default)]
     pub memory_used_bytes: Option<u64>,
+    /// The device's utilisation (percent), fixed. Absent: the processes' shares, added per
+    /// sample period and capped at 100, as time-slicing does.
     #[serde(default)]
-    pub utilization_gpu: u32,
+    pub utilization_gpu: Option<u32>,
     #[serde(default)]
     pub utilization_memory: u32,
     #[serde(default = "default_temp")]
@@ -71,6 +79,12 @@ pub struct Device {
     /// Every call on this device returns GPU_IS_LOST.
     #[serde(default)]
     pub lost: bool,
+    /// The driver's sample period (200 ms on the H200).
+    #[serde(default = "default_period")]
+    pub sample_period_ms: u64,
+    /// Whether GPM (`nvmlGpmQueryDeviceSupport`) is supported, as on Hopper and newer.
+    #[serde(default = "default_true")]
+    pub gpm_supported: bool,
     /// Errors by function name for this device (`"NOT_SUPPORTED"`, `"GPU_IS_LOST"`, ...).
     #[serde(default)]
     pub errors: HashMap<String, String>,
@@ -118,19 +132,40 @@ pub struct Process {
     /// `null` reports NVML_VALUE_NOT_AVAILABLE.
     #[serde(default)]
     pub used_memory_bytes: Option<u64>,
-    /// SM utilisation of this process's samples; no samples at all when absent (idle process).
+    /// The share of the GPU's time the process keeps it busy (percent); absent: idle.
     #[serde(default)]
     pub sm_util: Option<u32>,
-    /// A file the workload writes its current SM utilisation to (`95` while it computes, `0`
-    /// while it waits). The fake polls it every 10 ms and emits, per sample period, the mean —
-    /// or no sample when the mean is 0 — as the driver does. Overrides `sm_util`.
+    /// A file the workload writes its current figure to (`95` while it computes, `0` while it
+    /// waits); the fake reads it every 10 ms. Overrides `sm_util`.
     #[serde(default)]
     pub sm_util_file: Option<String>,
     #[serde(default)]
     pub mem_util: u32,
-    /// One sample every this many milliseconds (real drivers: about 200 ms to 1 s).
-    #[serde(default = "default_period")]
-    pub sample_period_ms: u64,
+    /// While its kernels run: the share of the SMs busy, of the time in tensor instructions, of
+    /// the warp slots occupied, and of DRAM bandwidth (GPM). The defaults are a large bf16
+    /// matmul's on the H200 (GPM 93.3 / 90.6 / 13.8 / 15.9 at 97.0 % engine activity); a
+    /// single-thread spinning kernel read SM activity 0.8 at 99.5.
+    #[serde(default = "default_sm_activity")]
+    pub sm_activity_percent: f64,
+    #[serde(default = "default_tensor")]
+    pub tensor_percent: f64,
+    #[serde(default = "default_occupancy")]
+    pub occupancy_percent: f64,
+    #[serde(default = "default_dram")]
+    pub dram_percent: f64,
+}
+
+fn default_sm_activity() -> f64 {
+    96.0
+}
+fn default_tensor() -> f64 {
+    93.0
+}
+fn default_occupancy() -> f64 {
+    14.0
+}
+fn default_dram() -> f64 {
+    16.0
 }
 
 fn default_period() -> u64 {

@@ -1,0 +1,180 @@
+//! The simulated driver: a thread that watches each scenario process every 10 ms, as the real
+//! driver watches contexts, and keeps per GPU what NVML's queries read:
+//!
+//! - the closed sample periods ([`Timeline`]), one per `sample_period_ms` on a grid aligned to
+//!   the period, each with every live process's mean over it;
+//! - GPM counters: the time integrals of engine, SM, tensor, occupancy and DRAM activity, so
+//!   that the metrics between two GPM samples are the averages over the time between them.
+//!
+//! A process whose PID no longer exists computes nothing, whatever the scenario or its marker
+//! file says (NVML may still list a dead process's context: that is the ghost case).
+use crate::scenario::{Device, Process, Scenario};
+use crate::timeline::Timeline;
+use std::collections::HashMap;
+use std::sync::{Mutex, Once};
+use std::time::Duration;
+
+const POLL: Duration = Duration::from_millis(10);
+
+/// Time integrals of GPM activity, in percent × µs.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GpmCounters {
+    pub ts_us: u64,
+    pub engine: f64,
+    pub sm: f64,
+    pub tensor: f64,
+    pub occupancy: f64,
+    pub dram: f64,
+}
+
+#[derive(Default)]
+pub struct DeviceState {
+    pub timeline: Timeline,
+    /// Per PID of the open period: (sum of SM readings, sum of memory readings, readings).
+    open: HashMap<u32, (u64, u64, u64)>,
+    period_end_us: u64,
+    pub gpm: GpmCounters,
+}
+
+static DEVICES: Mutex<Vec<DeviceState>> = Mutex::new(Vec::new());
+static START: Once = Once::new();
+
+pub fn start() {
+    START.call_once(|| {
+        std::thread::Builder::new()
+            .name("fake-nvml-driver".into())
+            .spawn(|| loop {
+                crate::with_scenario(poll);
+                std::thread::sleep(POLL);
+            })
+            .map(|_| ())
+            .unwrap_or_else(|e| eprintln!("fake-nvml: cannot start the driver thread: {e}"));
+    });
+}
+
+/// Runs `f` on device `index`'s state (created empty if the thread has not seen it yet).
+pub fn with_device<T>(index: usize, history: usize, f: impl FnOnce(&DeviceState) -> T) -> T {
+    let mut devices = DEVICES.lock().unwrap_or_else(|p| p.into_inner());
+    while devices.len() <= index {
+        devices.push(DeviceState {
+            timeline: Timeline::with_capacity(history),
+            ..Default::default()
+        });
+    }
+    f(&devices[index])
+}
+
+/// A process's current SM share (percent), 0 when it is dead.
+fn current(p: &Process) -> u32 {
+    if !std::path::Path::new(&format!("/proc/{}", p.pid)).exists() {
+        return 0;
+    }
+    match &p.sm_util_file {
+        Some(file) => std::fs::read_to_string(file)
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+            .unwrap_or(0),
+        None => p.sm_util.unwrap_or(0),
+    }
+    .min(100)
+}
+
+fn poll(s: &Scenario) {
+    let now = crate::now_us();
+    let mut devices = DEVICES.lock().unwrap_or_else(|p| p.into_inner());
+    for (index, d) in s.devices.iter().enumerate() {
+        if devices.len() <= index {
+            devices.push(DeviceState {
+                timeline: Timeline::with_capacity(s.history_records),
+                ..Default::default()
+            });
+        }
+        if !d.lost {
+            poll_device(&mut devices[index], d, now);
+        }
+    }
+}
+
+fn poll_device(state: &mut DeviceState, d: &Device, now: u64) {
+    let readings: Vec<(&Process, u32)> = d.processes.iter().map(|p| (p, current(p))).collect();
+    for (p, sm) in &readings {
+        let e = state.open.entry(p.pid).or_default();
+        e.0 += u64::from(*sm);
+        e.1 += u64::from(p.mem_util);
+        e.2 += 1;
+    }
+    add_gpm(&mut state.gpm, d, &readings, now);
+    let period = d.sample_period_ms.max(1) * 1000;
+    let boundary = now - now % period;
+    if state.period_end_us == 0 {
+        state.period_end_us = boundary;
+    } else if boundary > state.period_end_us {
+        let activity: Vec<(u32, u32, u32)> = d
+            .processes
+            .iter()
+            .filter(|p| std::path::Path::new(&format!("/proc/{}", p.pid)).exists())
+            .map(|p| {
+                let (sm, mem, n) = state.open.get(&p.pid).copied().unwrap_or_default();
+                let n = n.max(1);
+                (p.pid, (sm / n) as u32, (mem / n) as u32)
+            })
+            .collect();
+        state
+            .timeline
+            .close_period(boundary, &activity, d.utilization_gpu);
+        state.open.clear();
+        state.period_end_us = boundary;
+    }
+}
+
+/// Adds the time since the last reading to the GPM integrals. Time-slicing shares the engine:
+/// when the processes' shares add up to more than 100 %, each gets its part of 100 (or of the
+/// scenario's fixed device figure).
+fn add_gpm(g: &mut GpmCounters, d: &Device, readings: &[(&Process, u32)], now: u64) {
+    let dt = if g.ts_us == 0 {
+        0.0
+    } else {
+        now.saturating_sub(g.ts_us).min(100_000) as f64
+    };
+    g.ts_us = now;
+    let sum: f64 = readings.iter().map(|r| f64::from(r.1)).sum();
+    let engine = d.utilization_gpu.map_or(sum.min(100.0), f64::from);
+    let scale = if sum > 0.0 { engine / sum } else { 0.0 };
+    g.engine += engine * dt;
+    for (p, sm) in readings {
+        let share = f64::from(*sm) * scale / 100.0 * dt;
+        g.sm += share * p.sm_activity_percent;
+        g.tensor += share * p.tensor_percent;
+        g.occupancy += share * p.occupancy_percent;
+        g.dram += share * p.dram_percent;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpm_integrals_split_a_time_sliced_engine() {
+        let me = std::process::id();
+        let p = |sm| Process {
+            pid: me,
+            sm_util: Some(sm),
+            sm_activity_percent: 96.0,
+            tensor_percent: 93.0,
+            ..Default::default()
+        };
+        let d = Device {
+            processes: vec![p(80), p(80)],
+            ..Default::default()
+        };
+        let mut g = GpmCounters::default();
+        let r: Vec<(&Process, u32)> = d.processes.iter().map(|p| (p, current(p))).collect();
+        add_gpm(&mut g, &d, &r, 1_000_000);
+        add_gpm(&mut g, &d, &r, 1_010_000);
+        // 10 ms, engine capped at 100 %, each process half of it at 96 % SM activity
+        assert!((g.engine - 100.0 * 10_000.0).abs() < 1e-6);
+        assert!((g.sm - 96.0 * 10_000.0).abs() < 1e-6, "{}", g.sm);
+        assert!((g.tensor - 93.0 * 10_000.0).abs() < 1e-6);
+    }
+}
