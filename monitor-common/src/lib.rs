@@ -3,19 +3,30 @@
 //! change can never reach only one half.
 #![no_std]
 
-/// Key of the per-task aggregation maps: the task's cgroup id on the unified (v2) hierarchy and
-/// its thread-group id (the userspace PID).
+/// Key of the per-task aggregation maps: the task's cgroup id on the unified (v2) hierarchy, its
+/// thread-group id (the userspace PID), and which of its threads: the main one, or the others
+/// together.
 ///
-/// Both are kept: on a hybrid host `bpf_get_current_cgroup_id()` sees only the unified hierarchy,
-/// so userspace can resolve the tgid through `/proc/<tgid>/cgroup` when the id alone is
-/// ambiguous.
+/// Cgroup and tgid are both kept: on a hybrid host `bpf_get_current_cgroup_id()` sees only the
+/// unified hierarchy, so userspace can resolve the tgid through `/proc/<tgid>/cgroup` when the
+/// id alone is ambiguous. The main thread is kept apart because a training loop runs there:
+/// its waits are the trainer's own (for the next batch, say), not those of the dozens of
+/// helper threads a PyTorch process also holds.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct TaskKey {
     pub cgroup_id: u64,
     pub tgid: u32,
-    /// Explicit padding so the key has no uninitialised bytes (the kernel hashes all of them).
-    pub pad: u32,
+    /// [`task_thread::MAIN`] for the thread whose id is the tgid, [`task_thread::OTHERS`] for
+    /// the rest (and for disk requests). A full `u32`, so the key has no uninitialised bytes
+    /// (the kernel hashes all of them).
+    pub thread: u32,
+}
+
+/// Values of [`TaskKey::thread`].
+pub mod task_thread {
+    pub const OTHERS: u32 = 0;
+    pub const MAIN: u32 = 1;
 }
 
 /// Thread-state time of one task (all its threads), summed per CPU. Intervals are charged when

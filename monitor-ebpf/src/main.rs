@@ -27,7 +27,7 @@ use aya_ebpf::{
 };
 use monitor_common::{
     cpu_current, latency_bucket, probe_stat, thread_state, CpuCurrent, IoStats, PendingReads,
-    PendingTimes, RequestKey, RequestStart, TaskKey, TaskTimes, ThreadState, FLUSH_PENDING_NS,
+    task_thread, PendingTimes, RequestKey, RequestStart, TaskKey, TaskTimes, ThreadState, FLUSH_PENDING_NS,
     FLUSH_PENDING_READS, FLUSH_PENDING_SWITCHES, REQUEST_MAP_ENTRIES, TASK_EXITING,
     TASK_MAP_ENTRIES, TASK_REPORT_MASK, TASK_UNINTERRUPTIBLE, THREAD_MAP_ENTRIES,
     WATCHED_CGROUP_ENTRIES,
@@ -156,7 +156,7 @@ fn current_task() -> Option<(TaskKey, u32)> {
         TaskKey {
             cgroup_id,
             tgid,
-            pad: 0,
+            thread: task_thread::OTHERS,
         },
         pid_tgid as u32,
     ))
@@ -288,7 +288,11 @@ unsafe fn thread_task(st: *const ThreadState) -> TaskKey {
     TaskKey {
         cgroup_id: (*st).cgroup_id,
         tgid: (*st).tgid,
-        pad: 0,
+        thread: if (*st).tid == (*st).tgid {
+            task_thread::MAIN
+        } else {
+            task_thread::OTHERS
+        },
     }
 }
 
