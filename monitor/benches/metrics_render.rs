@@ -23,14 +23,13 @@ fn exported() -> Arc<Exported> {
             w.gpu.busy_fraction = Some(0.8);
             w.gpu.per_gpu = (0..GPUS)
                 .map(|g| WorkloadGpuShare {
-                    index: g,
-                    uuid: Some(format!("GPU-{g:08}")),
                     memory_bytes: 1 << 30,
-                    sm_util_percent: Some(80.0),
-                    sm_busy_seconds: 0.8,
                     busy_fraction: Some(0.8),
-                    device_utilization_percent: Some(80),
+                    split: Some(gpuwatch::snapshot::SplitMethod::SoleHolder),
+                    device_busy_fraction: Some(0.8),
+                    sm_activity_percent: Some(90.0),
                     pids: vec![1000 + i as u32],
+                    ..WorkloadGpuShare::new(g, Some(format!("GPU-{g:08}")))
                 })
                 .collect();
             w

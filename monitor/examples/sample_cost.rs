@@ -1,9 +1,11 @@
 //! CPU time per sampling round, on a real host: `sample_cost [--rounds N] [--interval-ms MS]
 //! [--nvml-lib PATH] [--docker] [--no-ebpf]`.
 //!
-//! Runs N rounds of the GPU source alone, then N full rounds (GPU + attribution + cgroup files +
-//! probe map), at the given interval, and prints a table of the sampling thread's CPU time per
-//! round. Built in release and carried to the GPU machine (it has no cargo).
+//! Runs N rounds of the GPU source's per-round reading alone, then N full rounds (GPU +
+//! attribution + cgroup files + probe map, and the series fetch every `series_interval`), at
+//! the given interval, and prints a table of the sampling thread's CPU time per round: the mean
+//! is the amortised cost, p99 a fetching round's. Built in release and carried to the GPU
+//! machine (it has no cargo).
 use gpuwatch::agent::{Agent, AgentConfig};
 use gpuwatch::events::EventCounters;
 use gpuwatch::sampler::SamplerConfig;
@@ -104,7 +106,9 @@ fn main() -> anyhow::Result<()> {
     let mut agent = Agent::start(&config, Duration::from_secs(3))?;
     let mut workloads = 0;
     let mut full = measure(rounds, interval, || {
-        workloads = agent.sampler.round().workloads.len()
+        if let Some(s) = agent.sampler.round().last() {
+            workloads = s.workloads.len();
+        }
     });
 
     println!("{devices} GPU(s), {procs} GPU process(es), {workloads} workload(s), interval {interval_ms} ms");

@@ -70,9 +70,9 @@ impl Agent {
 }
 
 impl Agent {
-    /// Sleeps until `until`, pulling NVML's per-process samples every 500 ms meanwhile (the
-    /// driver keeps only a short history); returns early with `false` when `stop` is set.
-    pub fn wait_polling(&mut self, until: std::time::Instant, stop: &AtomicBool) -> bool {
+    /// Sleeps until `until`; returns early with `false` when `stop` is set. Nothing is polled
+    /// meanwhile: the GPU series is fetched in batches by the rounds themselves.
+    pub fn wait_until(&self, until: std::time::Instant, stop: &AtomicBool) -> bool {
         loop {
             if stop.load(Ordering::Relaxed) {
                 return false;
@@ -81,10 +81,7 @@ impl Agent {
             if now >= until {
                 return true;
             }
-            std::thread::sleep((until - now).min(Duration::from_millis(500)));
-            if std::time::Instant::now() < until {
-                self.sampler.poll();
-            }
+            std::thread::sleep((until - now).min(Duration::from_millis(100)));
         }
     }
 }

@@ -1,19 +1,22 @@
 //! Why a workload's GPU idles: the verdict, from one window of GPU-side and loader-side evidence.
 //!
-//! GPU side: the share of the window the workload's processes kept their GPUs busy (per-process
-//! samples, integrated; see [`crate::gpu_activity`]). Loader side: the workload's other
-//! processes — PyTorch DataLoader workers are child processes without a GPU context — and how
-//! much of their time they were busy (on CPU, waiting for a CPU, or blocked in D state on I/O).
-//! When there are no such processes (`num_workers=0`), the GPU processes' own D-state time is the
-//! loader evidence.
+//! GPU side: the share of the window the workload kept its GPUs busy (the device's utilisation
+//! series, divided between holders; see `busy_split`), and, from GPM, how much of the SMs its
+//! kernels used while they ran. Loader side: the workload's other processes — PyTorch
+//! DataLoader workers are child processes without a GPU context — and how much of their time
+//! they were busy (on CPU, waiting for a CPU, or blocked in D state on I/O). When there are no
+//! such processes (`num_workers=0`), the GPU processes' own D-state time is the loader evidence.
 //!
-//! GPU idle time is attributed to the loader in proportion to how saturated the loader is: the
-//! `input_bound_share` is the GPU idle share times the loader's busy share. A workload whose GPU
-//! idles at least `gpu_bound_idle_max` of the time with a loader busy at least `loader_saturated`
-//! is input-bound: I/O when the loader is mostly blocked in D state, CPU when it is mostly on a
-//! CPU or in the run queue, or held back by a CPU quota. When the loader is not saturated but the
-//! GPU processes themselves are busy on the host (kernel launches, Python, synchronisation), the
-//! training step is the bottleneck: GPU-bound, with the host-side share named in the advice.
+//! The `input_bound_share` is the time the trainer waited for its next batch while the GPU
+//! idled: its main thread's interruptible sleep (a DataLoader's main process blocks on its
+//! workers' queue there), at most the GPU's idle share. (Without loader processes: the main
+//! thread's D time, its own reads.) A workload whose GPU idles at least `gpu_bound_idle_max` of
+//! the time with a loader busy at least `loader_saturated` is input-bound: I/O when the loader
+//! is mostly blocked in D state, CPU when it is mostly on a CPU or in the run queue, or held back
+//! by a CPU quota. When the loader is not saturated but the GPU processes themselves are busy
+//! on the host (kernel launches, Python, synchronisation), the training step is the bottleneck:
+//! GPU-bound, with the host-side share named in the advice. A GPU-bound workload whose kernels
+//! keep few of the SMs busy gets its own verdict: the GPU is "busy" doing little.
 use crate::snapshot::{ProcessRole, SourceState, Workload};
 use serde::{Deserialize, Serialize};
 
@@ -36,6 +39,10 @@ pub struct VerdictConfig {
     pub io_share_min: f64,
     /// Share of the window under CPU-quota throttling from which the quota is the cause.
     pub throttled_min: f64,
+    /// SM activity while kernels run (GPM) below which a busy GPU is doing little: tiny
+    /// kernels, a launch-bound step, a batch too small. A large bf16 matmul on an H200 keeps
+    /// 96 % of the SMs busy while it runs; a single-thread kernel 0.8 %.
+    pub sm_active_min: f64,
 }
 
 impl Default for VerdictConfig {
@@ -48,6 +55,7 @@ impl Default for VerdictConfig {
             step_busy_min: 0.5,
             io_share_min: 0.5,
             throttled_min: 0.1,
+            sm_active_min: 0.3,
         }
     }
 }
@@ -60,6 +68,8 @@ pub enum VerdictKind {
     InputBoundCpu,
     #[serde(rename = "GPU-bound")]
     GpuBound,
+    #[serde(rename = "low SM activity")]
+    LowSmActivity,
     #[serde(rename = "idle")]
     Idle,
     #[serde(rename = "unknown")]
@@ -72,6 +82,7 @@ impl VerdictKind {
             Self::InputBoundIo => "input-bound: I/O",
             Self::InputBoundCpu => "input-bound: CPU",
             Self::GpuBound => "GPU-bound",
+            Self::LowSmActivity => "low SM activity",
             Self::Idle => "idle",
             Self::Unknown => "unknown",
         }
@@ -99,9 +110,15 @@ pub struct Verdict {
     pub kind: VerdictKind,
     pub gpu_busy_fraction: f64,
     pub gpu_idle_fraction: f64,
-    /// The share of the window the GPU idled because of the loader; `None` without stall
-    /// tracing.
+    /// The share of the window the trainer waited for batches while the GPU idled; `None`
+    /// without stall tracing.
     pub input_bound_share: Option<f64>,
+    /// The share of the window the GPU processes' main threads waited (interruptible sleep),
+    /// mean over them: what `input_bound_share` is taken from.
+    pub trainer_wait_fraction: Option<f64>,
+    /// GPM: the share of the SMs busy while the workload's kernels ran (on GPUs it held
+    /// alone), `None` without GPM.
+    pub sm_activity_fraction: Option<f64>,
     pub loader: Option<LoaderSummary>,
     pub cpu_throttled_fraction: Option<f64>,
     /// The measurements behind the verdict, in words.
@@ -171,48 +188,99 @@ fn loader_summary(w: &Workload, window: f64) -> Option<LoaderSummary> {
     })
 }
 
-/// The verdict for one workload, or `None` when it holds no GPU or the window is unknown.
-pub fn assess(
-    w: &Workload,
-    window: Option<f64>,
-    ebpf: &SourceState,
-    config: &VerdictConfig,
-) -> Option<Verdict> {
-    if w.gpu.processes == 0 {
-        return None;
-    }
-    let window = window.filter(|w| *w > 0.0)?;
-    let busy = w.gpu.busy_fraction?;
-    let idle = 1.0 - busy;
-    let throttled = w.cpu.and_then(|c| c.throttled_fraction);
-    let loader = if ebpf.up {
-        loader_summary(w, window)
-    } else {
-        None
-    };
+/// How long the GPU processes' main threads waited in the window, as a share of it (mean over
+/// the GPU processes): interruptible sleep with loader processes (waiting on their queue), D
+/// time without (reading themselves). A GPU process the probes saw without its main thread
+/// switching never waited. `None` without a stall window or GPU process in it.
+fn trainer_wait(w: &Workload, window: f64, in_gpu_process: bool) -> Option<f64> {
+    let stalls = w.stalls.as_ref()?;
+    let waits: Vec<f64> = stalls
+        .processes
+        .iter()
+        .filter(|p| p.role == ProcessRole::Gpu)
+        .map(|p| {
+            p.main_thread.map_or(0.0, |m| {
+                let wait = if in_gpu_process {
+                    m.blocked_seconds
+                } else {
+                    m.sleep_seconds
+                };
+                (wait / window).min(1.0)
+            })
+        })
+        .collect();
+    (!waits.is_empty()).then(|| waits.iter().sum::<f64>() / waits.len() as f64)
+}
+
+/// SM activity while the workload's kernels ran, over the GPUs it held alone (mean).
+fn sm_activity(w: &Workload) -> Option<f64> {
+    let v: Vec<f64> = w
+        .gpu
+        .per_gpu
+        .iter()
+        .filter_map(|g| g.sm_activity_percent)
+        .map(|p| p / 100.0)
+        .collect();
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+/// The GPU-side evidence lines.
+fn gpu_evidence(w: &Workload, busy: f64, sm: Option<f64>) -> Vec<String> {
     let mut evidence = vec![format!(
         "GPU busy {} of the window ({} idle)",
         pct(busy),
-        pct(idle)
+        pct(1.0 - busy)
     )];
     for g in &w.gpu.per_gpu {
-        if let (Some(b), Some(u)) = (g.busy_fraction, g.device_utilization_percent) {
-            evidence.push(format!(
-                "GPU {}: its processes {}, device utilisation {u}%",
-                g.index,
-                pct(b)
-            ));
-        }
+        let (Some(b), Some(d), Some(split)) = (g.busy_fraction, g.device_busy_fraction, g.split)
+        else {
+            continue;
+        };
+        let how = if split.is_exact() {
+            String::new()
+        } else {
+            format!(
+                "; shared, its part {} from the {}",
+                if split == crate::snapshot::SplitMethod::HostCpuEstimate {
+                    "estimated"
+                } else {
+                    "taken"
+                },
+                match split {
+                    crate::snapshot::SplitMethod::HostCpuEstimate => "holders' host CPU time",
+                    _ => "driver's per-process figures",
+                }
+            )
+        };
+        evidence.push(format!(
+            "GPU {}: the workload {}, the device {}{how}",
+            g.index,
+            pct(b),
+            pct(d)
+        ));
     }
+    if let Some(s) = sm {
+        evidence.push(format!("while its kernels ran, {} of the SMs were busy (GPM)", pct(s)));
+    }
+    evidence
+}
+
+/// The loader- and I/O-side evidence lines.
+fn loader_evidence(
+    w: &Workload,
+    window: f64,
+    loader: Option<&LoaderSummary>,
+    wait: Option<f64>,
+    throttled: Option<f64>,
+) -> Vec<String> {
+    let mut evidence = Vec::new();
     if let Some(t) = throttled.filter(|t| *t > 0.0) {
         evidence.push(format!(
             "CPU quota throttled the container {} of the window",
             pct(t)
         ));
     }
-    let reads = w.stalls.as_ref().map(|s| s.reads).filter(|r| r.count > 0);
-    let disk = w.stalls.as_ref().map(|s| s.disk).filter(|d| d.count > 0);
-    if let Some(l) = &loader {
+    if let Some(l) = loader {
         let who = if l.in_gpu_process {
             "the GPU process itself (no loader processes)".to_owned()
         } else {
@@ -226,7 +294,13 @@ pub fn assess(
             pct(l.blocked_share)
         ));
     }
-    if let Some(r) = reads {
+    if let Some(t) = wait {
+        evidence.push(format!(
+            "the training loop (the GPU processes' main threads) waited {} of the window",
+            pct(t)
+        ));
+    }
+    if let Some(r) = w.stalls.as_ref().map(|s| s.reads).filter(|r| r.count > 0) {
         evidence.push(format!(
             "{} reads, {:.1} MiB, p50 {} ms, p99 {} ms, {} slower than 10 ms",
             r.count,
@@ -236,7 +310,7 @@ pub fn assess(
             r.slow_count
         ));
     }
-    if let Some(d) = disk {
+    if let Some(d) = w.stalls.as_ref().map(|s| s.disk).filter(|d| d.count > 0) {
         evidence.push(format!(
             "{} disk requests, {:.1} MiB/s, p50 {} ms, p99 {} ms",
             d.count,
@@ -245,62 +319,166 @@ pub fn assess(
             fmt_ms(d.p99_latency_ms)
         ));
     }
+    evidence
+}
 
-    let input_bound_share = loader.as_ref().map(|l| idle * l.busy_fraction);
-    let saturated = |l: &LoaderSummary| l.busy_fraction >= config.loader_saturated;
-    // How busy the GPU processes are on the host: launching kernels, Python, synchronising.
-    let step_busy = w.stalls.as_ref().map(|s| {
-        let gpu: Vec<_> = s
-            .processes
-            .iter()
-            .filter(|p| p.role == ProcessRole::Gpu)
-            .collect();
-        let busy: f64 = gpu.iter().map(|p| p.on_cpu_seconds + p.runq_seconds).sum();
-        (busy / window / gpu.len().max(1) as f64).min(1.0)
-    });
-    let throttled_hard = throttled.is_some_and(|t| t >= config.throttled_min);
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-
-    let (kind, advice) = if idle < config.gpu_bound_idle_max {
-        (
-            VerdictKind::GpuBound,
-            format!(
-                "The GPU is the bottleneck (busy {}): the loader keeps up. Larger batches, mixed precision (AMP) or a lighter model are the levers; more loader workers will not help.",
-                pct(busy)
-            ),
-        )
-    } else if !ebpf.up {
-        (
-            VerdictKind::Unknown,
-            format!(
-                "The GPU idles {} of the time; {}. Without it the loader cannot be examined.",
-                pct(idle),
-                ebpf.detail
-                    .as_deref()
-                    .unwrap_or("stall tracing unavailable")
-            ),
-        )
-    } else if busy < config.idle_busy_max
-        && loader
-            .as_ref()
-            .is_none_or(|l| l.busy_fraction <= config.loader_idle)
-        && !throttled_hard
-    {
-        (
-            VerdictKind::Idle,
-            format!(
-                "No GPU work and no loader work in the window, while {:.1} GiB of GPU memory is held. If the job is finished or stuck, stop it to free the GPU.",
-                w.gpu.memory_bytes as f64 / (1u64 << 30) as f64
-            ),
-        )
+/// The verdict for one workload, or `None` when it holds no GPU or the window is unknown.
+pub fn assess(
+    w: &Workload,
+    window: Option<f64>,
+    ebpf: &SourceState,
+    config: &VerdictConfig,
+) -> Option<Verdict> {
+    if w.gpu.processes == 0 {
+        return None;
+    }
+    let window = window.filter(|w| *w > 0.0)?;
+    let Some(busy) = w.gpu.busy_fraction else {
+        return Some(unknown_busy(w));
+    };
+    let idle = (1.0 - busy).max(0.0);
+    let throttled = w.cpu.and_then(|c| c.throttled_fraction);
+    let loader = if ebpf.up {
+        loader_summary(w, window)
     } else {
-        match &loader {
-            Some(l) if throttled_hard => (
+        None
+    };
+    let wait = loader
+        .as_ref()
+        .and_then(|l| trainer_wait(w, window, l.in_gpu_process));
+    let sm = sm_activity(w);
+    let mut evidence = gpu_evidence(w, busy, sm);
+    evidence.extend(loader_evidence(w, window, loader.as_ref(), wait, throttled));
+    let facts = Facts {
+        w,
+        window,
+        busy,
+        idle,
+        throttled,
+        loader,
+        sm,
+        ebpf,
+        config,
+    };
+    let (kind, advice) = facts.classify();
+    Some(Verdict {
+        kind,
+        gpu_busy_fraction: busy,
+        gpu_idle_fraction: idle,
+        input_bound_share: wait.map(|t| t.min(idle)),
+        trainer_wait_fraction: wait,
+        sm_activity_fraction: sm,
+        loader,
+        cpu_throttled_fraction: throttled,
+        evidence,
+        advice,
+    })
+}
+
+/// A workload whose GPU busy share is unknown (a shared GPU the driver did not divide).
+fn unknown_busy(w: &Workload) -> Verdict {
+    let why = w
+        .gpu
+        .per_gpu
+        .iter()
+        .find_map(|g| g.split.filter(|s| !s.is_exact()))
+        .map_or("no source measured the GPU's busy time", |_| {
+            "it shares its GPU, and neither the driver's per-process figures nor host CPU time \
+             could say how much of the GPU's busy time is its own"
+        });
+    Verdict {
+        kind: VerdictKind::Unknown,
+        gpu_busy_fraction: f64::NAN,
+        gpu_idle_fraction: f64::NAN,
+        input_bound_share: None,
+        trainer_wait_fraction: None,
+        sm_activity_fraction: None,
+        loader: None,
+        cpu_throttled_fraction: w.cpu.and_then(|c| c.throttled_fraction),
+        evidence: vec![format!("GPU busy share unknown: {why}")],
+        advice: format!("The GPU busy share of this workload is unknown: {why}."),
+    }
+}
+
+/// What the classification looks at.
+struct Facts<'a> {
+    w: &'a Workload,
+    window: f64,
+    busy: f64,
+    idle: f64,
+    throttled: Option<f64>,
+    loader: Option<LoaderSummary>,
+    sm: Option<f64>,
+    ebpf: &'a SourceState,
+    config: &'a VerdictConfig,
+}
+
+impl Facts<'_> {
+    fn classify(&self) -> (VerdictKind, String) {
+        let (busy, idle, config) = (self.busy, self.idle, self.config);
+        if idle < config.gpu_bound_idle_max {
+            return match self.sm.filter(|s| *s < config.sm_active_min) {
+                Some(s) => (
+                    VerdictKind::LowSmActivity,
+                    format!(
+                        "The GPU is busy {} of the time, but while its kernels run only {} of the SMs work: each kernel is too small to fill the GPU (tiny kernels, a launch-bound step, or a batch too small). Raise the batch size, fuse small operations (torch.compile), or capture the step in CUDA graphs; a faster data loader will not help.",
+                        pct(busy),
+                        pct(s)
+                    ),
+                ),
+                None => (
+                    VerdictKind::GpuBound,
+                    format!(
+                        "The GPU is the bottleneck (busy {}): the loader keeps up. Larger batches, mixed precision (AMP) or a lighter model are the levers; more loader workers will not help.",
+                        pct(busy)
+                    ),
+                ),
+            };
+        }
+        if !self.ebpf.up {
+            return (
+                VerdictKind::Unknown,
+                format!(
+                    "The GPU idles {} of the time; {}. Without it the loader cannot be examined.",
+                    pct(idle),
+                    self.ebpf
+                        .detail
+                        .as_deref()
+                        .unwrap_or("stall tracing unavailable")
+                ),
+            );
+        }
+        let throttled_hard = self.throttled.is_some_and(|t| t >= config.throttled_min);
+        if busy < config.idle_busy_max
+            && self
+                .loader
+                .as_ref()
+                .is_none_or(|l| l.busy_fraction <= config.loader_idle)
+            && !throttled_hard
+        {
+            return (
+                VerdictKind::Idle,
+                format!(
+                    "No GPU work and no loader work in the window, while {:.1} GiB of GPU memory is held. If the job is finished or stuck, stop it to free the GPU.",
+                    self.w.gpu.memory_bytes as f64 / (1u64 << 30) as f64
+                ),
+            );
+        }
+        self.input_or_step(throttled_hard)
+    }
+
+    /// A GPU that idles: the loader, the quota, or the step itself.
+    fn input_or_step(&self, throttled_hard: bool) -> (VerdictKind, String) {
+        let (idle, config) = (self.idle, self.config);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let saturated = |l: &LoaderSummary| l.busy_fraction >= config.loader_saturated;
+        match &self.loader {
+            Some(_) if throttled_hard => (
                 VerdictKind::InputBoundCpu,
                 format!(
                     "The container's CPU quota ({}) throttles it {} of the time while the GPU idles {}: raise the quota (docker --cpus) or use fewer, cheaper augmentations.",
-                    w.cpu.and_then(|c| c.limit_cores).map_or("set".to_owned(), |c| format!("{c:.1} cores")),
-                    pct(throttled.unwrap_or(0.0)),
+                    self.w.cpu.and_then(|c| c.limit_cores).map_or("set".to_owned(), |c| format!("{c:.1} cores")),
+                    pct(self.throttled.unwrap_or(0.0)),
                     pct(idle)
                 ),
             ),
@@ -321,34 +499,39 @@ pub fn assess(
                     pct(idle)
                 ),
             ),
-            _ if step_busy.is_some_and(|b| b >= config.step_busy_min) => (
-                VerdictKind::GpuBound,
-                format!(
-                    "The loader keeps up (busy {}); the training step itself is the bottleneck, and the GPU is busy only {} of it: the rest is host-side work in the GPU process (kernel launches, Python, synchronisation; on CPU {} of the time). Larger batches, CUDA graphs or torch.compile, and fewer host syncs raise GPU use; more loader workers will not.",
-                    loader.as_ref().map_or("-".to_owned(), |l| pct(l.busy_fraction)),
-                    pct(busy),
-                    pct(step_busy.unwrap_or(0.0))
+            loader => match self.step_busy().filter(|b| *b >= config.step_busy_min) {
+                Some(step) => (
+                    VerdictKind::GpuBound,
+                    format!(
+                        "The loader keeps up (busy {}); the training step itself is the bottleneck, and the GPU is busy only {} of it: the rest is host-side work in the GPU process (kernel launches, Python, synchronisation; on CPU {} of the time). Larger batches, CUDA graphs or torch.compile, and fewer host syncs raise GPU use; more loader workers will not.",
+                        loader.as_ref().map_or("-".to_owned(), |l| pct(l.busy_fraction)),
+                        pct(self.busy),
+                        pct(step)
+                    ),
                 ),
-            ),
-            _ => (
-                VerdictKind::Unknown,
-                format!(
-                    "The GPU idles {} of the time but the loader is not saturated: the wait is elsewhere (host-to-device copies, synchronisation, Python overhead, or the job waits on something outside the container).",
-                    pct(idle)
+                None => (
+                    VerdictKind::Unknown,
+                    format!(
+                        "The GPU idles {} of the time but the loader is not saturated: the wait is elsewhere (host-to-device copies, synchronisation, Python overhead, or the job waits on something outside the container).",
+                        pct(idle)
+                    ),
                 ),
-            ),
+            },
         }
-    };
-    Some(Verdict {
-        kind,
-        gpu_busy_fraction: busy,
-        gpu_idle_fraction: idle,
-        input_bound_share,
-        loader,
-        cpu_throttled_fraction: throttled,
-        evidence,
-        advice,
-    })
+    }
+
+    /// How busy the GPU processes are on the host: launching kernels, Python, synchronising.
+    fn step_busy(&self) -> Option<f64> {
+        self.w.stalls.as_ref().map(|s| {
+            let gpu: Vec<_> = s
+                .processes
+                .iter()
+                .filter(|p| p.role == ProcessRole::Gpu)
+                .collect();
+            let busy: f64 = gpu.iter().map(|p| p.on_cpu_seconds + p.runq_seconds).sum();
+            (busy / self.window / gpu.len().max(1) as f64).min(1.0)
+        })
+    }
 }
 
 fn fmt_ms(v: Option<f64>) -> String {
@@ -359,9 +542,14 @@ fn fmt_ms(v: Option<f64>) -> String {
 mod tests {
     use super::*;
     use crate::cgroup::{WorkloadId, WorkloadKind};
-    use crate::snapshot::{CpuUsage, IoSummary, ProcessStall, StallWindow, WorkloadGpu};
+    use crate::snapshot::{
+        CpuUsage, IoSummary, ProcessStall, SplitMethod, StallWindow, ThreadTimes, WorkloadGpu,
+        WorkloadGpuShare,
+    };
     use std::collections::BTreeMap;
 
+    /// A process whose threads' times add up to these; a GPU process's main thread has them
+    /// all (a single-threaded trainer) unless a test says otherwise.
     fn proc(
         pid: u32,
         role: ProcessRole,
@@ -379,6 +567,20 @@ mod tests {
             sleep_seconds: sleep,
             switches: 10,
             blocked_switches: 0,
+            main_thread: (role == ProcessRole::Gpu).then_some(ThreadTimes {
+                on_cpu_seconds: cpu,
+                runq_seconds: runq,
+                blocked_seconds: blocked,
+                sleep_seconds: sleep,
+            }),
+        }
+    }
+
+    /// A GPU process with helper threads: `main` is the training loop's own times.
+    fn trainer(pid: u32, all: (f64, f64), main: ThreadTimes) -> ProcessStall {
+        ProcessStall {
+            main_thread: Some(main),
+            ..proc(pid, GPU, all.0, 0.0, 0.0, all.1)
         }
     }
 
@@ -442,9 +644,41 @@ mod tests {
         );
         let v = assess1(&w);
         assert_eq!(v.kind, VerdictKind::InputBoundIo);
+        // The trainer waited 95 % of the window; the GPU idled 90 %: all of the idle.
         let share = v.input_bound_share.unwrap();
-        assert!((share - 0.9 * 0.97).abs() < 0.01, "{share}");
+        assert!((share - 0.9).abs() < 1e-9, "{share}");
+        assert!((v.trainer_wait_fraction.unwrap() - 0.95).abs() < 1e-9);
         assert!(v.advice.contains("storage"));
+    }
+
+    #[test]
+    fn the_input_bound_share_is_the_trainers_wait_not_the_loaders_saturation() {
+        // A CPU-bound loader (2 workers on CPU all window) and a trainer that waits for its
+        // batches 80 % of the window, launching and syncing the rest, on a GPU idle 90 %: 80 %
+        // of the window is waiting for data. (idle × saturation would say 90 %.)
+        let w = workload(
+            0.1,
+            vec![
+                trainer(
+                    1,
+                    (0.25, 9.0),
+                    ThreadTimes {
+                        on_cpu_seconds: 0.2,
+                        sleep_seconds: 0.8,
+                        ..Default::default()
+                    },
+                ),
+                proc(2, LOADER, 0.98, 0.02, 0.0, 0.0),
+                proc(3, LOADER, 0.97, 0.03, 0.0, 0.0),
+            ],
+            None,
+        );
+        let v = assess1(&w);
+        assert_eq!(v.kind, VerdictKind::InputBoundCpu);
+        assert!((v.input_bound_share.unwrap() - 0.8).abs() < 1e-9, "{v:?}");
+        assert!(v.loader.unwrap().busy_fraction > 0.95);
+        // Helper threads asleep (9 s over all threads) do not count: only the main thread's.
+        assert!(v.evidence.iter().any(|e| e.contains("waited 80%")), "{:?}", v.evidence);
     }
 
     #[test]
@@ -466,18 +700,66 @@ mod tests {
         let v = assess1(&workload(0.9, vec![proc(1, GPU, 0.9, 0.0, 0.0, 0.1)], None));
         assert_eq!(v.kind, VerdictKind::GpuBound);
         assert!(v.input_bound_share.unwrap() < 0.01);
-        // GPU 58 % busy, loader idle, the GPU process busy on the host: the step itself.
+        // GPU 58 % busy, loader idle, the GPU process busy on the host: the step itself. Its
+        // main thread waited 5 % of the window: that, not the idle 42 %, is the input share.
         let v = assess1(&workload(
             0.58,
             vec![
-                proc(1, GPU, 0.95, 0.0, 0.0, 3.0),
+                trainer(
+                    1,
+                    (0.95, 3.0),
+                    ThreadTimes {
+                        on_cpu_seconds: 0.95,
+                        sleep_seconds: 0.05,
+                        ..Default::default()
+                    },
+                ),
                 proc(2, LOADER, 0.08, 0.0, 0.0, 2.9),
             ],
             None,
         ));
         assert_eq!(v.kind, VerdictKind::GpuBound);
         assert!(v.advice.contains("host-side"), "{}", v.advice);
-        assert!((v.input_bound_share.unwrap() - 0.42 * 0.08).abs() < 0.01);
+        assert!((v.input_bound_share.unwrap() - 0.05).abs() < 1e-9);
+    }
+
+    fn alone_on(mut w: Workload, sm_activity: f64) -> Workload {
+        w.gpu.per_gpu.push(WorkloadGpuShare {
+            busy_fraction: w.gpu.busy_fraction,
+            device_busy_fraction: w.gpu.busy_fraction,
+            split: Some(SplitMethod::SoleHolder),
+            sm_activity_percent: Some(sm_activity),
+            ..WorkloadGpuShare::new(0, None)
+        });
+        w
+    }
+
+    #[test]
+    fn a_busy_gpu_whose_sms_idle_gets_its_own_verdict() {
+        // H200: a single-thread spinning kernel, utilisation 99.5 %, SM activity 0.8 %.
+        let busy = || vec![proc(1, GPU, 0.99, 0.0, 0.0, 0.01)];
+        let v = assess1(&alone_on(workload(0.995, busy(), None), 0.8));
+        assert_eq!(v.kind, VerdictKind::LowSmActivity);
+        assert!(v.advice.contains("batch size"), "{}", v.advice);
+        assert!((v.sm_activity_fraction.unwrap() - 0.008).abs() < 1e-9);
+        // A large bf16 matmul: 96 % of the SMs while it runs.
+        let v = assess1(&alone_on(workload(0.97, busy(), None), 96.0));
+        assert_eq!(v.kind, VerdictKind::GpuBound);
+    }
+
+    #[test]
+    fn an_unknown_share_of_a_shared_gpu_is_an_unknown_verdict_with_the_reason() {
+        let mut w = workload(0.5, vec![], None);
+        w.gpu.busy_fraction = None;
+        w.gpu.per_gpu.push(WorkloadGpuShare {
+            split: Some(SplitMethod::Partial),
+            device_busy_fraction: Some(0.7),
+            ..WorkloadGpuShare::new(0, None)
+        });
+        let v = assess1(&w);
+        assert_eq!(v.kind, VerdictKind::Unknown);
+        assert!(v.advice.contains("shares its GPU"), "{}", v.advice);
+        assert_eq!(v.input_bound_share, None);
     }
 
     #[test]

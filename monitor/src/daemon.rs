@@ -1,7 +1,9 @@
 //! The continuous loop of `watch` and `serve`: a round every interval, the alert rules on each
-//! snapshot (the first included: a lost GPU fires at once), every transition to the notifier,
-//! and the round handed to the caller (to print, or to publish). It ends on `stop`, at
-//! `duration`, or on the caller's error; the notifier then gets a few seconds to drain.
+//! completed snapshot (the first included: a lost GPU fires at once), every transition to the
+//! notifier, and the snapshot handed to the caller (to print, or to publish). Snapshots come
+//! out as their GPU series arrives (every `series_interval`), several at a time, in order; the
+//! rules go by each snapshot's own time. It ends on `stop`, at `duration`, or on the caller's
+//! error; the notifier then gets a few seconds to drain.
 use crate::agent::Agent;
 use crate::config::Config;
 use crate::events::InternalEvent;
@@ -23,30 +25,35 @@ pub fn run_rounds<E>(
     mut each: impl FnMut(Snapshot, &RoundOutcome, &AlertEngine) -> Result<(), E>,
 ) -> Result<(), E> {
     let started = Instant::now();
-    let mut snap = agent.sampler.round();
-    let notifier = Notifier::start(&config.notify, &snap.host.hostname, agent.events.clone());
+    let mut snaps = agent.sampler.round();
+    let hostname = snaps
+        .first()
+        .map_or_else(String::new, |s| s.host.hostname.clone());
+    let notifier = Notifier::start(&config.notify, &hostname, agent.events.clone());
     let mut engine = AlertEngine::new(&config.alerts);
     let mut next = started + interval;
-    let result = loop {
-        let round = engine.evaluate(&snap);
-        for a in &round.notify {
-            notifier.send(a);
+    let result = 'rounds: loop {
+        for snap in snaps {
+            let round = engine.evaluate(&snap);
+            for a in &round.notify {
+                notifier.send(a);
+            }
+            for a in &round.rate_limited {
+                agent.events.emit(
+                    InternalEvent::NotificationRateLimited,
+                    format_args!("{} {:?} held back by the rate limit", a.key, a.state),
+                );
+            }
+            // The snapshot is the caller's now (to print, or to publish without a copy).
+            if let Err(e) = each(snap, &round, &engine) {
+                break 'rounds Err(e);
+            }
         }
-        for a in &round.rate_limited {
-            agent.events.emit(
-                InternalEvent::NotificationRateLimited,
-                format_args!("{} {:?} held back by the rate limit", a.key, a.state),
-            );
-        }
-        // The round is the caller's now (to print, or to publish without a copy).
-        if let Err(e) = each(snap, &round, &engine) {
-            break Err(e);
-        }
-        if duration.is_some_and(|d| started.elapsed() >= d) || !agent.wait_polling(next, stop) {
+        if duration.is_some_and(|d| started.elapsed() >= d) || !agent.wait_until(next, stop) {
             break Ok(());
         }
         next += interval;
-        snap = agent.sampler.round();
+        snaps = agent.sampler.round();
     };
     notifier.shutdown(NOTIFY_DRAIN);
     result

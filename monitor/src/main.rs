@@ -246,6 +246,7 @@ impl SourceArgs {
                 }),
                 probes: src.ebpf,
                 proc_root: src.proc_root.clone(),
+                series_interval: src.nvml_series_interval,
                 verdict: config.verdict,
                 headroom: config.headroom,
                 ..SamplerConfig::default()
@@ -381,14 +382,18 @@ fn init_logging(format: LogFormat, filter: &str) -> Result<()> {
 fn snapshot(args: &SnapshotArgs, config: &Config) -> Result<()> {
     let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
         .context("starting the agent")?;
-    // The first round is the baseline; the second covers the window.
+    // The first round is the baseline; the second covers the window. The GPU series is
+    // fetched once at the end: the driver keeps ~14 s of it.
     agent.sampler.round();
     tracing::info!("baseline round taken; the window runs {:?}", args.window);
-    // NVML's per-process samples are pulled every 500 ms meanwhile: the driver keeps only a
-    // short history, and a long window read at its end alone would miss most of it.
     let never = std::sync::atomic::AtomicBool::new(false);
-    agent.wait_polling(std::time::Instant::now() + args.window, &never);
-    let snap = agent.sampler.round();
+    agent.wait_until(std::time::Instant::now() + args.window, &never);
+    agent.sampler.round();
+    let snap = agent
+        .sampler
+        .flush()
+        .pop()
+        .context("the sampler returned no round")?;
     let mut stdout = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut stdout, &snap).context("writing JSON")?;
@@ -425,7 +430,8 @@ fn record(args: &RecordArgs, config: &Config) -> Result<()> {
     // The config's alert rules run over the recording; their transitions are recorded too
     // (CSV `alert` rows), for `gpuwatch report`. Nothing is notified.
     let mut alerts = gpuwatch::health::alerts::AlertEngine::new(&config.alerts);
-    agent.sampler.round(); // baseline: rates and samples cover each interval from the first row on
+    // The baseline: rates and the GPU series cover each interval from the first row on.
+    let _baseline = agent.sampler.round();
     if let RecordFormat::Csv = args.format {
         writeln!(out, "{}", gpuwatch::output::csv::header())
             .with_context(|| format!("writing {name}"))?;
@@ -433,34 +439,45 @@ fn record(args: &RecordArgs, config: &Config) -> Result<()> {
     let started = std::time::Instant::now();
     let mut next = started + interval;
     let mut samples = 0u64;
-    while agent.wait_polling(next, &stop) {
-        let snap = agent.sampler.round();
-        let round = alerts.evaluate(&snap);
+    let mut write = |snap: &gpuwatch::snapshot::Snapshot, samples: &mut u64| -> Result<()> {
+        let round = alerts.evaluate(snap);
         let transitions: Vec<_> = round.notify.into_iter().chain(round.rate_limited).collect();
         match args.format {
             RecordFormat::Csv => out
-                .write_all(gpuwatch::output::csv::rows(&snap).as_bytes())
+                .write_all(gpuwatch::output::csv::rows(snap).as_bytes())
                 .and_then(|()| {
-                    out.write_all(gpuwatch::output::csv::alert_rows(&snap, &transitions).as_bytes())
+                    out.write_all(gpuwatch::output::csv::alert_rows(snap, &transitions).as_bytes())
                 }),
-            RecordFormat::Jsonl => serde_json::to_writer(&mut out, &snap)
+            RecordFormat::Jsonl => serde_json::to_writer(&mut out, snap)
                 .map_err(std::io::Error::from)
                 .and_then(|()| out.write_all(b"\n")),
         }
         .and_then(|()| out.flush()) // every sample reaches the file: a kill loses nothing written
         .with_context(|| format!("writing {name} (the {samples} samples before were written)"))?;
-        samples += 1;
+        *samples += 1;
         if progress {
             eprint!(
                 "\rrecording: {samples} samples, {:.0?} elapsed -> {name}   ",
                 started.elapsed()
             );
         }
+        Ok(())
+    };
+    // Rows come out as the GPU series covers them (every `sources.nvml_series_interval`); the
+    // rounds still held at the end are completed and written before the command returns.
+    while agent.wait_until(next, &stop) {
+        for snap in agent.sampler.round() {
+            write(&snap, &mut samples)?;
+        }
         if args.run.duration.is_some_and(|d| started.elapsed() >= d) {
             break;
         }
         next += interval;
     }
+    for snap in agent.sampler.flush() {
+        write(&snap, &mut samples)?;
+    }
+    drop(write);
     out.flush().with_context(|| format!("writing {name}"))?;
     if progress {
         eprintln!();
@@ -491,12 +508,13 @@ fn doctor(args: &DoctorArgs, config: &Config) -> Result<()> {
         .context("starting the agent")?;
     // One snapshot per second over the window: start values, peaks and trends.
     let started = std::time::Instant::now();
-    let mut snaps = vec![agent.sampler.round()];
+    let mut snaps = agent.sampler.round();
     let mut next = started + Duration::from_secs(1);
-    while next <= started + window && agent.wait_polling(next, &stop) {
-        snaps.push(agent.sampler.round());
+    while next <= started + window && agent.wait_until(next, &stop) {
+        snaps.extend(agent.sampler.round());
         next += Duration::from_secs(1);
     }
+    snaps.extend(agent.sampler.flush());
     let report = doctor::examine(&snaps, &config.doctor);
     let mut stdout = std::io::stdout().lock();
     if args.json {
@@ -731,28 +749,35 @@ fn top(args: &TopArgs, config: &Config) -> Result<()> {
         "gpuwatch top needs a terminal; use `gpuwatch snapshot` or `record` in scripts"
     );
     let stop = stop_on_signals()?;
-    let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
-        .context("starting the agent")?;
+    // The live view fetches the GPU series every round (~2 ms a GPU per fetch): a published
+    // round then lags by one interval, not by the series interval.
+    let mut agent_config = args.sources.agent_config(config);
+    agent_config.sampler.series_interval = interval;
+    let mut agent =
+        Agent::start(&agent_config, Duration::from_secs(3)).context("starting the agent")?;
     let mut engine = AlertEngine::new(&config.alerts);
     let mut xid_totals: BTreeMap<u32, u64> = BTreeMap::new();
-    let mut publish = |agent: &mut Agent| {
-        let snapshot = agent.sampler.round();
-        engine.evaluate(&snapshot);
-        gpuwatch::output::prometheus::count_xids(&mut xid_totals, &snapshot);
-        Exported {
-            snapshot,
-            alerts: engine.active(),
-            xid_totals: xid_totals.clone(),
+    // Each round's completed snapshots through the rules; the newest is shown.
+    let mut publish = |agent: &mut Agent, shown: Option<Exported>| -> Option<Exported> {
+        let mut latest = shown;
+        for snapshot in agent.sampler.round() {
+            engine.evaluate(&snapshot);
+            gpuwatch::output::prometheus::count_xids(&mut xid_totals, &snapshot);
+            latest = Some(Exported {
+                snapshot,
+                alerts: engine.active(),
+                xid_totals: xid_totals.clone(),
+            });
         }
+        latest
     };
     let mut view = View::new(std::env::var_os("NO_COLOR").is_none());
-    let mut exported = publish(&mut agent);
+    let mut exported = publish(&mut agent, None).context("the first round did not complete")?;
     let mut terminal = ratatui::try_init().context("opening the terminal")?;
     let result = (|| -> Result<()> {
-        let poll_every = Duration::from_millis(500);
+        let tick = Duration::from_millis(250);
         let started = Instant::now();
         let mut next = Instant::now() + interval;
-        let mut next_poll = Instant::now() + poll_every;
         loop {
             terminal
                 .draw(|f| view.draw(f, &exported))
@@ -763,8 +788,8 @@ fn top(args: &TopArgs, config: &Config) -> Result<()> {
                 {
                     return Ok(());
                 }
-                // Wake for a key, the next round, the next NVML poll, or a signal check.
-                let wake = next.min(next_poll).min(Instant::now() + poll_every);
+                // Wake for a key, the next round, or a signal check.
+                let wake = next.min(Instant::now() + tick);
                 if event::poll(wake.saturating_duration_since(Instant::now()))
                     .context("reading the keyboard")?
                 {
@@ -777,14 +802,11 @@ fn top(args: &TopArgs, config: &Config) -> Result<()> {
                 }
                 let now = Instant::now();
                 if now >= next {
-                    exported = publish(&mut agent);
+                    if let Some(e) = publish(&mut agent, None) {
+                        exported = e;
+                    }
                     next = (next + interval).max(now);
-                    next_poll = now + poll_every;
                     break;
-                }
-                if now >= next_poll {
-                    agent.sampler.poll();
-                    next_poll = now + poll_every;
                 }
             }
         }

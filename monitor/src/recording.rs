@@ -25,7 +25,11 @@ pub struct GpuSeries {
 #[derive(Clone, Debug, Default)]
 pub struct GpuSample {
     pub unix_ms: u64,
+    /// The window's busy share from the utilisation series (percent), or the instantaneous
+    /// reading in a recording that has no series figure.
     pub utilization_percent: Option<f64>,
+    /// GPM's SM activity (percent).
+    pub sm_activity_percent: Option<f64>,
     pub memory_used_bytes: Option<f64>,
     pub memory_total_bytes: Option<f64>,
     pub temperature_celsius: Option<f64>,
@@ -57,6 +61,8 @@ pub struct WorkloadSample {
     pub gpus: Vec<u32>,
     pub gpu_memory_bytes: f64,
     pub gpu_busy_fraction: Option<f64>,
+    /// Of the SMs, the share busy while its kernels ran (percent; GPM, GPUs it held alone).
+    pub sm_activity_percent: Option<f64>,
     pub cpu_cores: Option<f64>,
     pub memory_bytes: Option<f64>,
     pub verdict: Option<String>,
@@ -164,9 +170,11 @@ pub fn parse(input: impl std::io::Read, path: &Path) -> Result<Recording, Record
                 let series = rec.gpus.entry(index).or_default();
                 series.uuid = text("gpu_uuid").to_owned();
                 series.name = text("gpu_name").to_owned();
+                let busy = num("gpu_busy_fraction")?.map(|b| b * 100.0);
                 series.samples.push(GpuSample {
                     unix_ms,
-                    utilization_percent: num("utilization_gpu_percent")?,
+                    utilization_percent: busy.or(num("utilization_gpu_percent")?),
+                    sm_activity_percent: num("sm_activity_percent")?,
                     memory_used_bytes: num("memory_used_bytes")?,
                     memory_total_bytes: num("memory_total_bytes")?,
                     temperature_celsius: num("temperature_celsius")?,
@@ -186,6 +194,7 @@ pub fn parse(input: impl std::io::Read, path: &Path) -> Result<Recording, Record
                     gpus: gpu_list()?,
                     gpu_memory_bytes: num("gpu_memory_bytes")?.unwrap_or(0.0),
                     gpu_busy_fraction: num("gpu_busy_fraction")?,
+                    sm_activity_percent: num("sm_activity_percent")?,
                     cpu_cores: num("cpu_cores")?,
                     memory_bytes: num("memory_bytes")?,
                     verdict: (!verdict.is_empty()).then(|| verdict.to_owned()),

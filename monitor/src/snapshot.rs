@@ -6,11 +6,13 @@
 //! incompatible change.
 use crate::cgroup::{CgroupMode, WorkloadId, WorkloadKind};
 use crate::sources::docker::{ContainerInfo, GpuDeviceRequest};
-use crate::sources::gpu::{DeviceReading, ProcessReading};
+use crate::sources::gpu::{DeviceReading, GpmState, ProcessReading, SmActivity};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-pub const SCHEMA_VERSION: u32 = 1;
+/// 2: GPU busy from the device's utilisation series with its method (`busy`), GPM SM activity,
+/// per-process shares and host CPU, the main thread's times in stall windows.
+pub const SCHEMA_VERSION: u32 = 2;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Snapshot {
@@ -25,6 +27,9 @@ pub struct Snapshot {
     pub collection_seconds: f64,
     /// Wall time of this round's NVML queries (all GPUs); `None` without NVML.
     pub nvml_query_seconds: Option<f64>,
+    /// Wall time of the series fetch made during this round (utilisation series, GPM, split),
+    /// when one was made.
+    pub series_fetch_seconds: Option<f64>,
     pub host: HostInfo,
     pub sources: Sources,
     pub gpus: Vec<Gpu>,
@@ -91,7 +96,65 @@ impl SourceState {
 pub struct Gpu {
     #[serde(flatten)]
     pub device: DeviceReading,
+    /// The share of the window a kernel ran on this GPU, and how that was measured; `None` in
+    /// the first round or when nothing could measure it.
+    pub busy: Option<GpuBusy>,
+    /// GPM's averages over the span that holds this window (Hopper and newer).
+    pub sm_activity: Option<SmActivity>,
+    /// Whether this GPU offers GPM.
+    pub gpm: Option<GpmState>,
     pub processes: Vec<GpuProcess>,
+}
+
+/// A GPU's busy share over the window.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct GpuBusy {
+    pub fraction: f64,
+    /// The share of the window the source covered (`None` for an instantaneous reading).
+    pub coverage: Option<f64>,
+    pub source: BusySource,
+    /// How this busy time was divided between the workloads holding the GPU.
+    pub split: SplitMethod,
+}
+
+/// Where a GPU's busy share came from, best first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BusySource {
+    /// The driver's complete utilisation series (`nvmlDeviceGetSamples`), over the window.
+    UtilizationSamples,
+    /// GPM's engine activity over the GPM span that holds the window.
+    GpmEngine,
+    /// One instantaneous reading (`nvmlDeviceGetUtilizationRates`, what nvidia-smi shows): a
+    /// short window's figure that can miss a periodic load entirely.
+    UtilizationReading,
+}
+
+/// How a GPU's busy time was divided between its holders (see `busy_split`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SplitMethod {
+    /// Nobody holds the GPU.
+    NoProcesses,
+    /// One workload holds it: all of its busy time is that workload's.
+    SoleHolder,
+    /// Others hold memory on it, but only one workload did anything.
+    SoleActiveHolder,
+    /// The driver's per-process figures (each sample period to its busiest process).
+    ProcessSamples,
+    /// Estimated from the holders' host CPU time (the driver missed an active process).
+    HostCpuEstimate,
+    /// The driver's figures for the processes it credited; the other active ones unknown.
+    Partial,
+    /// The GPU was busy but no holder showed activity.
+    Unknown,
+}
+
+impl SplitMethod {
+    /// True when the division is exact (one workload had the GPU to itself).
+    pub fn is_exact(self) -> bool {
+        matches!(self, Self::SoleHolder | Self::SoleActiveHolder | Self::NoProcesses)
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -107,9 +170,18 @@ pub struct GpuProcess {
     /// The process was gone when the agent looked it up (it exited during the round, or NVML
     /// still reports a dead process).
     pub vanished: bool,
-    /// The scheduler state letter (`D`: uninterruptible sleep), read only for processes without
-    /// GPU samples in the window: a process stuck in D holds its GPU memory and computes nothing.
+    /// The scheduler state letter when it was checked this round (every round on shared GPUs,
+    /// in rotation otherwise; see `process_checks`).
     pub state: Option<char>,
+    /// In uninterruptible sleep (D) at two checks with no CPU time between: stuck, holding its
+    /// GPU memory and computing nothing.
+    pub stuck: bool,
+    /// Host CPU seconds in the window, measured for processes on GPUs several workloads share.
+    pub host_cpu_seconds: Option<f64>,
+    /// The driver's per-process SM figure over the last span it was asked for (shared GPUs).
+    pub driver_sm_percent: Option<u32>,
+    /// Its share of the window on this GPU, when the split is per process; `None` otherwise.
+    pub busy_fraction: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -209,8 +281,8 @@ pub struct WorkloadGpu {
     /// GPU memory of all the workload's processes on all GPUs.
     pub memory_bytes: u64,
     pub processes: usize,
-    /// Mean over its GPUs of the share of the window its processes kept the GPU busy (from
-    /// per-process samples, see `gpu_activity`); `None` in the first round.
+    /// Mean over its GPUs of the share of the window it kept each busy; `None` in the first
+    /// round, or when no GPU's share is known.
     pub busy_fraction: Option<f64>,
     pub per_gpu: Vec<WorkloadGpuShare>,
 }
@@ -220,16 +292,34 @@ pub struct WorkloadGpuShare {
     pub index: u32,
     pub uuid: Option<String>,
     pub memory_bytes: u64,
-    /// Sum of the workload's processes' mean SM utilisation on this GPU over the window;
-    /// `None` when none of them had samples (no activity).
-    pub sm_util_percent: Option<f64>,
-    /// Seconds of full-GPU activity the workload's samples on this GPU stand for.
-    pub sm_busy_seconds: f64,
-    /// `sm_busy_seconds` over the window, at most 1; `None` in the first round.
+    /// The share of the window the workload kept this GPU busy: the GPU's busy share times the
+    /// workload's part of it. `None` in the first round, without a busy source, or when its
+    /// part is unknown.
     pub busy_fraction: Option<f64>,
-    /// The GPU's own utilisation, for a cross-check when the workload is alone on it.
-    pub device_utilization_percent: Option<u32>,
+    /// How the GPU's busy time was divided (`sole_holder`: the workload had it to itself).
+    pub split: Option<SplitMethod>,
+    /// The GPU's own busy share, all holders together.
+    pub device_busy_fraction: Option<f64>,
+    /// GPM: of the SMs, the share busy while a kernel ran (SM activity over engine activity,
+    /// percent), when the workload is this GPU's only active holder.
+    pub sm_activity_percent: Option<f64>,
     pub pids: Vec<u32>,
+}
+
+impl WorkloadGpuShare {
+    /// A share with its GPU's identity only: memory, processes and busy time still to add.
+    pub fn new(index: u32, uuid: Option<String>) -> Self {
+        Self {
+            index,
+            uuid,
+            memory_bytes: 0,
+            busy_fraction: None,
+            split: None,
+            device_busy_fraction: None,
+            sm_activity_percent: None,
+            pids: Vec::new(),
+        }
+    }
 }
 
 /// The workload's processes as the eBPF probes saw them over one window.
@@ -266,6 +356,18 @@ pub struct ProcessStall {
     pub sleep_seconds: f64,
     pub switches: u64,
     pub blocked_switches: u64,
+    /// Its main thread alone, where a training loop runs (its S time is where it waits for the
+    /// next batch); `None` when the main thread did not switch in the window.
+    pub main_thread: Option<ThreadTimes>,
+}
+
+/// One thread's state times in the window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct ThreadTimes {
+    pub on_cpu_seconds: f64,
+    pub runq_seconds: f64,
+    pub blocked_seconds: f64,
+    pub sleep_seconds: f64,
 }
 
 /// Count, bytes and latency of a kind of I/O in the window.
@@ -302,6 +404,9 @@ pub mod test_support {
                 power_limit_watts: Some(700.0),
                 ..Default::default()
             },
+            busy: None,
+            sm_activity: None,
+            gpm: None,
             processes: Vec::new(),
         }
     }
@@ -312,17 +417,16 @@ pub mod test_support {
                 pid,
                 kind: ProcessKind::Compute,
                 used_memory_bytes: Some(memory),
-                sm_util_percent: None,
-                mem_util_percent: None,
-                samples: 0,
-                sm_busy_seconds: 0.0,
-                exited: false,
             },
             start_time_ticks: Some(1),
             command: Some("python".into()),
             workload: workload.cloned(),
             vanished: false,
             state: Some('S'),
+            stuck: false,
+            host_cpu_seconds: None,
+            driver_sm_percent: None,
+            busy_fraction: None,
         }
     }
 
@@ -351,6 +455,7 @@ pub mod test_support {
             window_seconds: Some(1.0),
             collection_seconds: 0.001,
             nvml_query_seconds: Some(0.001),
+            series_fetch_seconds: None,
             host: HostInfo {
                 hostname: "test".into(),
                 kernel: "6.18".into(),

@@ -210,9 +210,21 @@ impl View {
                     Cell::from(if d.lost {
                         "LOST".into()
                     } else {
-                        d.utilization_gpu_percent
-                            .map_or("-".into(), |u| format!("{u}%"))
+                        // The window's busy share; the instantaneous reading until the first
+                        // window is in.
+                        g.busy.map(|b| b.fraction * 100.0).map_or_else(
+                            || {
+                                d.utilization_gpu_percent
+                                    .map_or("-".into(), |u| format!("{u}%"))
+                            },
+                            |b| format!("{b:.0}%"),
+                        )
                     }),
+                    Cell::from(
+                        g.sm_activity
+                            .and_then(|a| a.sm_percent)
+                            .map_or("-".into(), |v| format!("{v:.0}%")),
+                    ),
                     Cell::from(match (d.memory_used_bytes, d.memory_total_bytes) {
                         (Some(u), Some(t)) => format!("{:.1}/{:.1} GiB", gib(u), gib(t)),
                         _ => "-".into(),
@@ -238,6 +250,7 @@ impl View {
                     Constraint::Length(4),
                     Constraint::Length(22),
                     Constraint::Length(6),
+                    Constraint::Length(6),
                     Constraint::Length(18),
                     Constraint::Length(7),
                     Constraint::Length(12),
@@ -245,7 +258,8 @@ impl View {
                 ],
             )
             .header(
-                Row::new(["GPU", "NAME", "UTIL", "MEMORY", "TEMP°C", "POWER", "PROCS"]).style(bold),
+                Row::new(["GPU", "NAME", "BUSY", "SM", "MEMORY", "TEMP°C", "POWER", "PROCS"])
+                    .style(bold),
             )
             .block(Block::default().borders(Borders::ALL).title(" GPUs ")),
             gpus,

@@ -362,7 +362,7 @@ pub fn examine(snaps: &[Snapshot], c: &DoctorConfig) -> Report {
         }
         let xids: Vec<String> = series()
             .flat_map(|x| x.device.xid_events.iter())
-            .map(|x| format!("Xid {x} ({})", crate::sources::xid::describe(*x)))
+            .map(|x| format!("Xid {x} ({})", crate::sources::gpu::xid::describe(*x)))
             .collect();
         check(
             "xid_errors",

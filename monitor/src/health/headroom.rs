@@ -76,14 +76,8 @@ mod tests {
 
     fn share(index: u32, memory: u64) -> WorkloadGpuShare {
         WorkloadGpuShare {
-            index,
-            uuid: None,
             memory_bytes: memory,
-            sm_util_percent: None,
-            sm_busy_seconds: 0.0,
-            busy_fraction: None,
-            device_utilization_percent: None,
-            pids: Vec::new(),
+            ..WorkloadGpuShare::new(index, None)
         }
     }
 

@@ -434,20 +434,21 @@ pub fn evaluate(config: &RulesConfig, state: &mut RuleState, snap: &Snapshot) ->
         }
         let r = &config.power_cap_low_util;
         if r.enabled {
-            let outcome = match (
-                d.power_watts,
-                d.power_limit_watts,
-                d.utilization_gpu_percent,
-            ) {
+            // The window's busy share where the series gave one; else the instantaneous figure.
+            let util = g
+                .busy
+                .map(|b| b.fraction * 100.0)
+                .or(d.utilization_gpu_percent.map(f64::from));
+            let outcome = match (d.power_watts, d.power_limit_watts, util) {
                 (Some(p), Some(cap), Some(u)) if cap > 0.0 => {
                     let ratio = p / cap;
-                    if ratio >= r.power_ratio && f64::from(u) < r.below_utilization_percent {
+                    if ratio >= r.power_ratio && u < r.below_utilization_percent {
                         Outcome::Breached(Finding {
                             value: ratio,
                             threshold: r.power_ratio,
                             unit: "of cap",
                             summary: format!(
-                                "GPU {} draws {p:.0} W of its {cap:.0} W cap at only {u}% \
+                                "GPU {} draws {p:.0} W of its {cap:.0} W cap at only {u:.0}% \
                                  utilisation",
                                 d.index
                             ),
@@ -512,7 +513,7 @@ pub fn evaluate(config: &RulesConfig, state: &mut RuleState, snap: &Snapshot) ->
                         summary: format!(
                             "GPU {} reported Xid {xid}: {}",
                             d.index,
-                            crate::sources::xid::describe(xid)
+                            crate::sources::gpu::xid::describe(xid)
                         ),
                         action: if matches!(xid, 13 | 31 | 43 | 45) {
                             "A job's own GPU code faulted (illegal address, killed kernel): \
@@ -594,7 +595,7 @@ pub fn evaluate(config: &RulesConfig, state: &mut RuleState, snap: &Snapshot) ->
                     .gpu
                     .per_gpu
                     .iter()
-                    .map(|g| (g.index, g.sm_util_percent.unwrap_or(0.0)))
+                    .filter_map(|g| Some((g.index, g.busy_fraction? * 100.0)))
                     .collect();
                 let hi = utils
                     .iter()
@@ -611,7 +612,7 @@ pub fn evaluate(config: &RulesConfig, state: &mut RuleState, snap: &Snapshot) ->
                         threshold: r.spread_percent,
                         unit: "points",
                         summary: format!(
-                            "{}: SM utilisation spread {spread:.0} points across its GPUs \
+                            "{}: GPU busy spread {spread:.0} points across its GPUs \
                              (GPU {} at {:.0}%, GPU {} at {:.0}%)",
                             w.name, hi.0, hi.1, lo.0, lo.1
                         ),

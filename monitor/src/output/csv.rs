@@ -4,7 +4,7 @@
 use crate::snapshot::Snapshot;
 
 /// The columns, in order.
-pub const COLUMNS: [&str; 28] = [
+pub const COLUMNS: [&str; 32] = [
     "timestamp",
     "unix_ms",
     "record",
@@ -25,6 +25,10 @@ pub const COLUMNS: [&str; 28] = [
     "compose_service",
     "gpu_memory_bytes",
     "gpu_busy_fraction",
+    "busy_source",
+    "busy_split",
+    "sm_activity_percent",
+    "tensor_activity_percent",
     "cpu_cores",
     "memory_bytes",
     "verdict",
@@ -105,6 +109,16 @@ pub fn rows(s: &Snapshot) -> String {
         r.set_opt("power_limit_watts", d.power_limit_watts);
         r.set_opt("sm_clock_mhz", d.sm_clock_mhz);
         r.set("clocks_event_reasons", d.clocks_event_reasons.join("|"));
+        if let Some(b) = g.busy {
+            r.set("gpu_busy_fraction", b.fraction);
+            r.set("busy_source", serde_label(&b.source));
+            r.set("busy_split", serde_label(&b.split));
+        }
+        r.set_opt("sm_activity_percent", g.sm_activity.and_then(|a| a.sm_percent));
+        r.set_opt(
+            "tensor_activity_percent",
+            g.sm_activity.and_then(|a| a.tensor_percent),
+        );
         r.write(&mut out);
     }
     for w in &s.workloads {
@@ -121,6 +135,21 @@ pub fn rows(s: &Snapshot) -> String {
         );
         r.set("gpu_memory_bytes", w.gpu.memory_bytes);
         r.set_opt("gpu_busy_fraction", w.gpu.busy_fraction);
+        // The least exact method among its GPUs: an estimate anywhere makes the row one.
+        let split = w
+            .gpu
+            .per_gpu
+            .iter()
+            .filter_map(|g| g.split)
+            .max_by_key(|m| !m.is_exact());
+        r.set_opt("busy_split", split.map(|m| serde_label(&m)));
+        r.set_opt(
+            "sm_activity_percent",
+            w.verdict
+                .as_ref()
+                .and_then(|v| v.sm_activity_fraction)
+                .map(|f| f * 100.0),
+        );
         r.set_opt("cpu_cores", w.cpu.and_then(|c| c.cores));
         r.set_opt("memory_bytes", w.memory.map(|m| m.usage_bytes));
         r.set_opt("verdict", w.verdict.as_ref().map(|v| v.kind.label()));
@@ -135,6 +164,14 @@ pub fn rows(s: &Snapshot) -> String {
         r.write(&mut out);
     }
     out
+}
+
+/// The snake_case name serde gives a unit variant (what the JSON says too).
+fn serde_label<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
 }
 
 /// One row per alert transition (firing or resolved), stamped with the snapshot it came from.

@@ -284,12 +284,19 @@ fn verdict_color(v: &str) -> Option<RGBColor> {
         "input-bound: I/O" => Some(RGBColor(253, 208, 162)),
         "input-bound: CPU" => Some(RGBColor(218, 200, 240)),
         "GPU-bound" => Some(RGBColor(199, 233, 192)),
+        "low SM activity" => Some(RGBColor(255, 237, 160)),
         "idle" => Some(RGBColor(224, 224, 224)),
         _ => None,
     }
 }
 
-const VERDICTS: [&str; 4] = ["input-bound: I/O", "input-bound: CPU", "GPU-bound", "idle"];
+const VERDICTS: [&str; 5] = [
+    "input-bound: I/O",
+    "input-bound: CPU",
+    "GPU-bound",
+    "low SM activity",
+    "idle",
+];
 
 fn container_chart<DB: DrawingBackend>(
     rec: &Recording,

@@ -51,6 +51,9 @@ struct SnapshotCollector(Arc<Exported>);
 type Labels = Vec<(&'static str, String)>;
 
 /// A per-GPU gauge: name, help, unit, and how to read it from a device.
+/// A per-GPU figure of the completed round.
+type GpuRatio = fn(&crate::snapshot::Gpu) -> Option<f64>;
+
 type DeviceGauge = (
     &'static str,
     &'static str,
@@ -264,6 +267,48 @@ impl Collector for SnapshotCollector {
                 devices.iter().filter_map(|d| Some((gpu(d), get(d)?))),
             )?;
         }
+        let activity: [(&str, &str, GpuRatio); 5] = [
+            (
+                "gpuwatch_gpu_busy",
+                "Share of the last window a kernel ran on the GPU: the driver's utilisation \
+                 series over the window (the snapshot's busy.source says when it was another).",
+                |g| g.busy.map(|b| b.fraction),
+            ),
+            (
+                "gpuwatch_gpu_sm_activity",
+                "GPM: share of the SMs busy, averaged over the span holding the last window.",
+                |g| g.sm_activity.and_then(|a| a.sm_percent),
+            ),
+            (
+                "gpuwatch_gpu_sm_occupancy",
+                "GPM: share of the warp slots occupied, averaged over the span.",
+                |g| g.sm_activity.and_then(|a| a.sm_occupancy_percent),
+            ),
+            (
+                "gpuwatch_gpu_tensor_activity",
+                "GPM: share of the time the tensor pipes worked, averaged over the span.",
+                |g| g.sm_activity.and_then(|a| a.tensor_percent),
+            ),
+            (
+                "gpuwatch_gpu_dram_bandwidth",
+                "GPM: share of the DRAM bandwidth used, averaged over the span.",
+                |g| g.sm_activity.and_then(|a| a.dram_bandwidth_percent),
+            ),
+        ];
+        for (i, (name, help, get)) in activity.into_iter().enumerate() {
+            // The busy share is 0..1 already; GPM's figures are percent.
+            let scale = if i == 0 { 1.0 } else { 0.01 };
+            family(
+                &mut enc,
+                name,
+                help,
+                Some(Unit::Other("ratio".into())),
+                Gauge,
+                s.gpus
+                    .iter()
+                    .filter_map(|g| Some((gpu(&g.device), get(g)? * scale))),
+            )?;
+        }
         family(
             &mut enc,
             "gpuwatch_gpu_persistence_mode",
@@ -382,19 +427,29 @@ impl Collector for SnapshotCollector {
         family(
             &mut enc,
             "gpuwatch_container_gpu_busy",
-            "Share of the last window the container's processes kept the GPU busy (SM samples).",
+            "Share of the last window the container kept the GPU busy: the GPU's busy share, or \
+             its part of it on a shared GPU (absent when that part is unknown).",
             Some(Unit::Other("ratio".into())),
             Gauge,
             per_gpu(|g| g.busy_fraction),
         )?;
         family(
             &mut enc,
-            "gpuwatch_container_gpu_sm_utilization",
-            "SM utilisation of the container's processes in the last window: their sample means, \
-             summed, at most 1 (NVML's per-process samples overlap, so the raw sum can pass 100%).",
+            "gpuwatch_container_gpu_busy_estimated",
+            "1 when the container shares the GPU and its busy share is estimated from host CPU \
+             time or taken from the driver's per-process figures; 0 when it had the GPU alone.",
+            None,
+            Gauge,
+            per_gpu(|g| g.split.map(|m| if m.is_exact() { 0.0 } else { 1.0 })),
+        )?;
+        family(
+            &mut enc,
+            "gpuwatch_container_gpu_sm_activity",
+            "GPM: of the SMs, the share busy while the container's kernels ran (on a GPU it held \
+             alone).",
             Some(Unit::Other("ratio".into())),
             Gauge,
-            per_gpu(|g| g.sm_util_percent.map(|v| (v / 100.0).min(1.0))),
+            per_gpu(|g| g.sm_activity_percent.map(|v| v / 100.0)),
         )?;
         family(
             &mut enc,
@@ -539,14 +594,13 @@ mod tests {
         let mut w = container("yolo");
         w.gpu.processes = 1;
         w.gpu.per_gpu.push(WorkloadGpuShare {
-            index: 0,
-            uuid: Some("GPU-00000000".into()),
             memory_bytes: 3 << 30,
-            sm_util_percent: Some(80.0),
-            sm_busy_seconds: 0.8,
             busy_fraction: Some(0.8),
-            device_utilization_percent: Some(80),
+            split: Some(crate::snapshot::SplitMethod::SoleHolder),
+            device_busy_fraction: Some(0.8),
+            sm_activity_percent: Some(90.0),
             pids: vec![42],
+            ..WorkloadGpuShare::new(0, Some("GPU-00000000".into()))
         });
         let e = Arc::new(Exported {
             snapshot: snapshot(1_700_000_000_000, vec![gpu(0)], vec![w]),

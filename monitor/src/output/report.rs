@@ -24,7 +24,10 @@ pub struct GpuSummary {
     pub index: u32,
     pub uuid: String,
     pub name: String,
+    /// Mean busy share (percent) from the utilisation series.
     pub mean_utilization_percent: Option<f64>,
+    /// Mean SM activity (GPM, percent).
+    pub mean_sm_activity_percent: Option<f64>,
     pub mean_temperature_celsius: Option<f64>,
     pub peak_temperature_celsius: Option<f64>,
     pub peak_memory_percent: Option<f64>,
@@ -61,8 +64,10 @@ pub struct ContainerSummary {
     pub verdicts: BTreeMap<String, f64>,
     /// The most frequent verdict, if any.
     pub main_verdict: Option<String>,
-    /// Mean share of the window the GPU idled because of the loader.
+    /// Mean share of the window the trainer waited for batches while the GPU idled.
     pub mean_input_bound_share: Option<f64>,
+    /// Mean share of the SMs busy while its kernels ran (percent; GPM).
+    pub mean_sm_activity_percent: Option<f64>,
     pub mean_cpu_cores: Option<f64>,
     pub peak_memory_bytes: Option<f64>,
     /// The smallest batch scale factor seen (the tightest moment).
@@ -122,6 +127,7 @@ pub fn summarise(rec: &Recording, name: &str) -> Report {
             uuid: g.uuid.clone(),
             name: g.name.clone(),
             mean_utilization_percent: mean(g.samples.iter().filter_map(|s| s.utilization_percent)),
+            mean_sm_activity_percent: mean(g.samples.iter().filter_map(|s| s.sm_activity_percent)),
             mean_temperature_celsius: mean(g.samples.iter().filter_map(|s| s.temperature_celsius)),
             peak_temperature_celsius: g
                 .samples
@@ -216,6 +222,7 @@ fn container(rec: &Recording, w: &WorkloadSeries) -> ContainerSummary {
         verdicts,
         main_verdict,
         mean_input_bound_share: mean(s.iter().filter_map(|x| x.input_bound_share)),
+        mean_sm_activity_percent: mean(s.iter().filter_map(|x| x.sm_activity_percent)),
         mean_cpu_cores: mean(s.iter().filter_map(|x| x.cpu_cores)),
         peak_memory_bytes: s.iter().filter_map(|x| x.memory_bytes).reduce(f64::max),
         min_oom_batch_scale: s.iter().filter_map(|x| x.oom_batch_scale).reduce(f64::min),
@@ -305,6 +312,10 @@ fn container_rows(c: &ContainerSummary) -> Vec<(&'static str, String)> {
             }),
         ),
         ("input-bound share (mean)", pct(c.mean_input_bound_share)),
+        (
+            "SMs busy while its kernels ran (mean)",
+            opt(c.mean_sm_activity_percent, "%", 0),
+        ),
         ("CPU cores (mean)", opt(c.mean_cpu_cores, "", 2)),
         (
             "host memory (peak)",
@@ -349,15 +360,16 @@ pub fn markdown(r: &Report, chart: &dyn Fn(&str) -> Option<String>) -> String {
     let _ = writeln!(o, "## GPUs\n");
     let _ = writeln!(
         o,
-        "| GPU | name | mean util | mean / peak temperature | peak memory | alerts |\n|---|---|---|---|---|---|"
+        "| GPU | name | mean busy | mean SM activity | mean / peak temperature | peak memory | alerts |\n|---|---|---|---|---|---|---|"
     );
     for g in &r.gpus {
         let _ = writeln!(
             o,
-            "| {} | {} | {} | {} / {} | {} | {} |",
+            "| {} | {} | {} | {} | {} / {} | {} | {} |",
             g.index,
             g.name,
             opt(g.mean_utilization_percent, "%", 0),
+            opt(g.mean_sm_activity_percent, "%", 0),
             opt(g.mean_temperature_celsius, " °C", 0),
             opt(g.peak_temperature_celsius, " °C", 0),
             opt(g.peak_memory_percent, "%", 1),
@@ -405,14 +417,15 @@ pub fn html(r: &Report, svg: &dyn Fn(&str) -> Option<String>) -> String {
             let _ = writeln!(o, "<div class=\"chart\">{s}</div>");
         }
     }
-    o.push_str("<h2>GPUs</h2>\n<table><tr><th>GPU</th><th>name</th><th>mean util</th><th>peak temperature</th><th>peak memory</th><th>alerts</th></tr>\n");
+    o.push_str("<h2>GPUs</h2>\n<table><tr><th>GPU</th><th>name</th><th>mean busy</th><th>mean SM activity</th><th>peak temperature</th><th>peak memory</th><th>alerts</th></tr>\n");
     for g in &r.gpus {
         let _ = writeln!(
             o,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             g.index,
             esc(&g.name),
             opt(g.mean_utilization_percent, "%", 0),
+            opt(g.mean_sm_activity_percent, "%", 0),
             opt(g.peak_temperature_celsius, " °C", 0),
             opt(g.peak_memory_percent, "%", 1),
             esc(&alerts_text(&g.alerts))

@@ -49,8 +49,19 @@ pub fn render_snapshot(s: &Snapshot) -> String {
                 if d.lost {
                     "LOST".to_owned()
                 } else {
-                    opt(d.utilization_gpu_percent)
+                    // The window's busy share from the series; `~` marks an instantaneous
+                    // reading (no series).
+                    match g.busy {
+                        Some(b) if b.source == crate::snapshot::BusySource::UtilizationReading => {
+                            format!("~{:.0}", b.fraction * 100.0)
+                        }
+                        Some(b) => format!("{:.0}", b.fraction * 100.0),
+                        None => opt(d.utilization_gpu_percent),
+                    }
                 },
+                g.sm_activity
+                    .and_then(|a| a.sm_percent)
+                    .map_or("-".to_owned(), |v| format!("{v:.0}")),
                 match (d.memory_used_bytes, d.memory_total_bytes) {
                     (Some(u), Some(t)) => format!("{}/{}", gib(u), gib(t)),
                     _ => "-".to_owned(),
@@ -74,8 +85,8 @@ pub fn render_snapshot(s: &Snapshot) -> String {
     if s.sources.nvml.up {
         out.push_str(&render(
             &[
-                "GPU", "NAME", "UTIL%", "MEM GiB", "TEMP°C", "POWER W", "SM MHz", "PROCS",
-                "THROTTLE",
+                "GPU", "NAME", "BUSY%", "SM%", "MEM GiB", "TEMP°C", "POWER W", "SM MHz",
+                "PROCS", "THROTTLE",
             ],
             &gpu_rows,
         ));
@@ -92,9 +103,12 @@ pub fn render_snapshot(s: &Snapshot) -> String {
                 w.gpu
                     .per_gpu
                     .iter()
-                    .map(|g| match g.sm_util_percent {
-                        Some(sm) => format!("{}:{sm:.0}%", g.index),
-                        None => format!("{}:idle", g.index),
+                    .map(|g| match (g.busy_fraction, g.split) {
+                        (Some(b), Some(m)) if !m.is_exact() => {
+                            format!("{}:~{:.0}%", g.index, b * 100.0)
+                        }
+                        (Some(b), _) => format!("{}:{:.0}%", g.index, b * 100.0),
+                        (None, _) => format!("{}:?", g.index),
                     })
                     .collect::<Vec<_>>()
                     .join(" ")
@@ -133,7 +147,7 @@ pub fn render_snapshot(s: &Snapshot) -> String {
             "IMAGE",
             "SERVICE",
             "GPU MEM GiB",
-            "GPU:SM",
+            "GPU:BUSY",
             "CPU",
             "MEM GiB",
             "VERDICT",

@@ -3,4 +3,3 @@
 pub mod docker;
 pub mod gpu;
 pub mod stall_probe;
-pub mod xid;

@@ -1,25 +1,33 @@
-//! The GPU source: NVML through nvml-wrapper, one reading per sampling round.
+//! The GPU source: NVML through nvml-wrapper, on the sampler's own thread, never on a request
+//! path. Two kinds of call, by cost (H200 figures; docs/gpu-sampling.md has the table):
 //!
-//! Runs on the sampler's own thread, never on a request path. Static facts (UUID, name) are read
-//! once per device. The two per-round list calls (`GetComputeRunningProcesses_v3`,
-//! `GetProcessUtilization`) go through the raw symbols with buffers reused across rounds, and
-//! call NVML once when the buffer is large enough (nvml-wrapper sizes with a second call and
-//! allocates each time; `GetProcessUtilization` alone costs 1.4–2 ms per call on an H200).
-use super::xid::{self, XidWatch};
+//! - every round, the cheap state: utilisation as nvidia-smi reads it, memory, temperature,
+//!   power, clocks, throttle reasons and the process lists (each call 1–40 µs);
+//! - every series fetch (the sampler decides when), what costs milliseconds and keeps: the
+//!   device's utilisation series (`GetSamples`, ~2 ms, 14 s of history), GPM's SM activity
+//!   (~1.4 ms), and, only for GPUs that several workloads share, the driver's per-process split
+//!   (`GetProcessUtilization`, ~2 ms). A GPU held by one workload needs no per-process call.
+//!
+//! Static facts (UUID, name) are read once per device; list calls reuse their buffers.
+mod gpm;
+mod raw;
+pub mod series;
+pub mod xid;
+
+pub use gpm::SmActivity;
+use gpm::Gpm;
+use series::{UtilSeries, WindowBusy};
+use xid::XidWatch;
 use crate::events::{EventCounters, InternalEvent};
-use crate::gpu_activity::SampleIntegrator;
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError, TemperatureSensor};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 use nvml_wrapper_sys::bindings::{
-    nvmlDevice_t, nvmlProcessInfo_t, nvmlProcessUtilizationSample_t,
-    nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE, nvmlReturn_enum_NVML_ERROR_NOT_FOUND,
-    nvmlReturn_enum_NVML_SUCCESS, nvmlReturn_t,
+    nvmlDevice_t, nvmlProcessInfo_t, nvmlProcessUtilizationSample_t, nvmlSample_t,
 };
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
-use std::os::raw::c_uint;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -62,10 +70,8 @@ pub struct DeviceReading {
     pub ecc_uncorrected_volatile: Option<u64>,
     /// Persistence mode; read every [`SLOW_FIELDS_EVERY`] rounds.
     pub persistence_mode: Option<bool>,
-    /// Xid errors the driver reported since the previous reading (see [`super::xid`]).
+    /// Xid errors the driver reported since the previous reading (see [`xid`]).
     pub xid_events: Vec<u64>,
-    /// The driver's per-process sample period as observed (milliseconds).
-    pub process_sample_period_ms: f64,
     #[serde(skip)]
     pub processes: Vec<ProcessReading>,
     pub errors: BTreeMap<&'static str, String>,
@@ -80,39 +86,66 @@ pub enum ProcessKind {
     ComputeAndGraphics,
 }
 
-/// One process on one GPU in one round.
+/// One process on one GPU in one round, as NVML lists it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ProcessReading {
     pub pid: u32,
     pub kind: ProcessKind,
     /// GPU memory used by the process; `None` when NVML cannot tell (e.g. under some vGPUs).
     pub used_memory_bytes: Option<u64>,
-    /// Mean SM utilisation over the samples since the previous round; `None` with no samples
-    /// (NVML returns samples only for processes active since the last query).
-    pub sm_util_percent: Option<f64>,
-    pub mem_util_percent: Option<f64>,
-    /// Number of NVML utilisation samples behind the two means.
-    pub samples: u32,
-    /// Seconds of full-GPU SM activity the samples stand for (`sm% × covered time`, see
-    /// [`crate::gpu_activity`]); divided by the window, the process's GPU busy fraction.
-    pub sm_busy_seconds: f64,
-    /// NVML no longer lists the process (it exited during the window); its samples up to then
-    /// are kept here.
-    pub exited: bool,
+}
+
+/// The driver's per-process figures over one span: for each process it credited with sample
+/// periods, its periods' utilisation summed over the number of periods in the span (each period
+/// goes wholly to the busiest process; see docs/gpu-sampling.md).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ProcessSplit {
+    /// The span (µs since the epoch): from the previous per-process query to this one.
+    pub start_us: u64,
+    pub end_us: u64,
+    /// (pid, SM percent, memory percent).
+    pub processes: Vec<(u32, u32, u32)>,
+}
+
+/// What one series fetch brought for one GPU, beyond the series itself.
+#[derive(Clone, Debug, Default)]
+pub struct DeviceFetch {
+    pub index: u32,
+    /// GPM's averages since the previous fetch (`None`: not supported, first fetch, or failed).
+    pub sm_activity: Option<SmActivity>,
+    /// The per-process split, for the GPUs it was asked for.
+    pub split: Option<ProcessSplit>,
+    /// Failed calls, by field (`utilization_samples`, `gpm`, `process_utilization`).
+    pub errors: BTreeMap<&'static str, String>,
+}
+
+/// Whether a GPU offers GPM, and why not.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "state", content = "detail")]
+pub enum GpmState {
+    Available,
+    /// The GPU has no GPM (older than Hopper, or a vGPU).
+    NotSupported,
+    /// GPM could not be opened.
+    Failed(String),
 }
 
 struct DeviceCursor {
     index: u32,
     uuid: Option<String>,
     name: Option<String>,
-    /// Timestamp (µs) of the newest utilisation sample seen; the next query asks for newer ones.
-    last_seen_us: u64,
     compute: Vec<nvmlProcessInfo_t>,
     graphics: Vec<nvmlProcessInfo_t>,
-    samples: Vec<nvmlProcessUtilizationSample_t>,
-    integrator: SampleIntegrator,
-    /// Samples pulled since the last reading, per PID (see [`GpuSource::poll_samples`]).
-    pending: HashMap<u32, PendingSamples>,
+    /// The device's utilisation series and the newest sample fetched.
+    series: UtilSeries,
+    series_buf: Vec<nvmlSample_t>,
+    /// False once GetSamples answered NOT_SUPPORTED: the series is never fetched again.
+    series_supported: bool,
+    gpm: Option<Gpm>,
+    gpm_state: GpmState,
+    /// The per-process query's cursor (µs) and buffer.
+    split_last_seen_us: u64,
+    split_buf: Vec<nvmlProcessUtilizationSample_t>,
     /// Fields that change rarely, and the readings left before they are read again.
     slow: SlowFields,
 }
@@ -126,15 +159,6 @@ struct SlowFields {
     rounds_left: u32,
     ecc_uncorrected_volatile: Option<u64>,
     persistence_mode: Option<bool>,
-}
-
-/// Samples of one process accumulated between two readings.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-struct PendingSamples {
-    sm_sum: u64,
-    mem_sum: u64,
-    count: u32,
-    busy_seconds: f64,
 }
 
 /// The open NVML library and a cursor per GPU.
@@ -151,6 +175,11 @@ impl Drop for GpuSource {
     fn drop(&mut self) {
         if let Some(x) = self.xid.take() {
             x.close(&self.nvml);
+        }
+        for c in &mut self.devices {
+            if let Some(g) = c.gpm.take() {
+                g.close(&self.nvml);
+            }
         }
     }
 }
@@ -188,16 +217,20 @@ impl GpuSource {
                     (None, None)
                 }
             };
+            let (gpm, gpm_state) = open_gpm(&nvml, index);
             devices.push(DeviceCursor {
                 index,
                 uuid,
                 name,
-                last_seen_us: 0,
                 compute: Vec::new(),
                 graphics: Vec::new(),
-                samples: Vec::new(),
-                integrator: SampleIntegrator::default(),
-                pending: HashMap::new(),
+                series: UtilSeries::default(),
+                series_buf: Vec::new(),
+                series_supported: true,
+                gpm,
+                gpm_state,
+                split_last_seen_us: 0,
+                split_buf: Vec::new(),
                 slow: SlowFields::default(),
             });
         }
@@ -215,23 +248,123 @@ impl GpuSource {
         self.devices.len()
     }
 
-    /// Pulls the per-process utilisation samples of every GPU into the pending accumulations,
-    /// without a full reading. The driver keeps only a short history of samples, so a caller
-    /// whose readings are further apart than about a second polls in between.
-    pub fn poll_samples(&mut self) {
+    /// The costly part, once per series fetch: every GPU's utilisation series since the last
+    /// fetch, GPM's averages since then, and the per-process split for the GPUs listed in
+    /// `split_for` (those several workloads share). Failures are counted and returned per GPU;
+    /// they never stop the others.
+    pub fn fetch(&mut self, now_ms: u64, split_for: &[u32]) -> Vec<DeviceFetch> {
+        let (nvml, events) = (&self.nvml, &self.events);
+        let mut out = Vec::with_capacity(self.devices.len());
         for cursor in &mut self.devices {
-            let Ok(device) = self.nvml.device_by_index(cursor.index) else {
-                continue; // the next reading records the failure
+            let index = cursor.index;
+            let mut fetch = DeviceFetch {
+                index,
+                ..Default::default()
             };
-            // SAFETY: the handle belongs to `self.nvml`, which outlives this call.
+            let Ok(device) = nvml.device_by_index(index) else {
+                out.push(fetch); // the round's reading records the failure
+                continue;
+            };
+            // SAFETY: the handle belongs to `nvml`, which outlives this call.
             let handle = unsafe { device.handle() };
-            if let Err(e) = pull_samples(&self.nvml, handle, cursor) {
-                self.events.emit(
+            let lib = nvml.lib();
+            let fail = |field: &'static str, e: NvmlError, fetch: &mut DeviceFetch| {
+                events.emit(
                     InternalEvent::NvmlCallFailed,
-                    format_args!("GPU {}: process_utilization: {e}", cursor.index),
+                    format_args!("GPU {index}: {field}: {e}"),
                 );
+                fetch.errors.insert(field, e.to_string());
+            };
+            if cursor.series_supported {
+                let since = cursor.series.covered_through().unwrap_or(0);
+                match raw::utilization_samples(
+                    lib.nvmlDeviceGetSamples.as_ref(),
+                    handle,
+                    since,
+                    &mut cursor.series_buf,
+                ) {
+                    Ok(samples) => cursor.series.extend(samples),
+                    Err(NvmlError::NotSupported) => cursor.series_supported = false,
+                    Err(e) => fail("utilization_samples", e, &mut fetch),
+                }
             }
+            if let Some(g) = cursor.gpm.as_mut() {
+                match g.sample(nvml, handle, now_ms) {
+                    Ok(a) => fetch.sm_activity = a,
+                    Err(e) => fail("gpm", e, &mut fetch),
+                }
+            }
+            if split_for.contains(&cursor.index) {
+                let start_us = cursor.split_last_seen_us;
+                match raw::process_utilization(
+                    lib.nvmlDeviceGetProcessUtilization.as_ref(),
+                    handle,
+                    start_us,
+                    &mut cursor.split_buf,
+                ) {
+                    Ok(n) => {
+                        let entries = &cursor.split_buf[..n];
+                        let end_us = now_ms * 1000;
+                        cursor.split_last_seen_us = entries
+                            .iter()
+                            .map(|s| s.timeStamp)
+                            .max()
+                            .unwrap_or(start_us)
+                            .max(start_us);
+                        fetch.split = Some(ProcessSplit {
+                            start_us,
+                            end_us,
+                            processes: entries
+                                .iter()
+                                .map(|s| (s.pid, s.smUtil.min(100), s.memUtil.min(100)))
+                                .collect(),
+                        });
+                    }
+                    Err(e) => fail("process_utilization", e, &mut fetch),
+                }
+            } else {
+                // The next split spans from now: a GPU that becomes shared is not charged with
+                // periods from before.
+                cursor.split_last_seen_us = now_ms * 1000;
+            }
+            out.push(fetch);
         }
+        out
+    }
+
+    /// The busy share of GPU `index` over the window (a, b] (µs since the epoch), from its
+    /// utilisation series; `None` when the series does not reach the window or is unavailable.
+    pub fn busy(&self, index: u32, a_us: u64, b_us: u64) -> Option<WindowBusy> {
+        self.cursor(index)?.series.busy(a_us, b_us)
+    }
+
+    /// How far GPU `index`'s series is known (µs since the epoch); `None` for a GPU without a
+    /// series (not supported, lost, or nothing fetched yet).
+    pub fn covered_through(&self, index: u32) -> Option<u64> {
+        self.cursor(index)
+            .filter(|c| c.series_supported)?
+            .series
+            .covered_through()
+    }
+
+    /// Whether GPU `index` can deliver a utilisation series at all.
+    pub fn has_series(&self, index: u32) -> bool {
+        self.cursor(index).is_some_and(|c| c.series_supported)
+    }
+
+    pub fn gpm_state(&self, index: u32) -> Option<&GpmState> {
+        self.cursor(index).map(|c| &c.gpm_state)
+    }
+
+    /// Drops series samples older than `t_us`: no window still to be answered reaches back.
+    pub fn forget_before(&mut self, t_us: u64) {
+        for c in &mut self.devices {
+            c.series.forget_before(t_us);
+        }
+    }
+
+    fn cursor(&self, index: u32) -> Option<&DeviceCursor> {
+        self.devices.iter().find(|c| c.index == index)
     }
 
     /// Reads every GPU once. Never fails as a whole: a failed query leaves its field empty and
@@ -295,6 +428,22 @@ fn open_xid_watch(
             );
             None
         }
+    }
+}
+
+/// GPM for device `index`: available, not supported (no GPM before Hopper), or failed.
+fn open_gpm(nvml: &Nvml, index: u32) -> (Option<Gpm>, GpmState) {
+    let handle = match nvml.device_by_index(index) {
+        // SAFETY: the handle belongs to `nvml`, which the cursor never outlives.
+        Ok(d) => unsafe { d.handle() },
+        Err(e) => return (None, GpmState::Failed(e.to_string())),
+    };
+    match Gpm::open(nvml, handle) {
+        Ok(Some(g)) => (Some(g), GpmState::Available),
+        Ok(None) | Err(NvmlError::NotSupported) | Err(NvmlError::FailedToLoadSymbol(_)) => {
+            (None, GpmState::NotSupported)
+        }
+        Err(e) => (None, GpmState::Failed(e.to_string())),
     }
 }
 
@@ -381,30 +530,22 @@ fn read_device(nvml: &Nvml, cursor: &mut DeviceCursor, events: &EventCounters) -
     // SAFETY: the handle belongs to `nvml`, which outlives this call.
     let handle = unsafe { device.handle() };
     let lib = nvml.lib();
-    let compute = list_processes(
+    let compute = raw::list_processes(
         lib.nvmlDeviceGetComputeRunningProcesses_v3.as_ref(),
         handle,
         &mut cursor.compute,
     );
     let n_compute = rec.take("compute_processes", compute).unwrap_or(0);
-    let graphics = list_processes(
+    let graphics = raw::list_processes(
         lib.nvmlDeviceGetGraphicsRunningProcesses_v3.as_ref(),
         handle,
         &mut cursor.graphics,
     );
     let n_graphics = rec.take("graphics_processes", graphics).unwrap_or(0);
-    let pulled = pull_samples(nvml, handle, cursor);
-    rec.take("process_utilization", pulled);
     rec.reading.processes = merge_processes(
         &cursor.compute[..n_compute],
         &cursor.graphics[..n_graphics],
-        &mut cursor.pending,
     );
-    let live = &rec.reading.processes;
-    cursor
-        .integrator
-        .retain(|pid| live.iter().any(|p| p.pid == pid));
-    rec.reading.process_sample_period_ms = cursor.integrator.period_us() as f64 / 1000.0;
     reading
 }
 
@@ -436,120 +577,10 @@ fn reason_names(r: ThrottleReasons) -> Vec<&'static str> {
         .collect()
 }
 
-type ListFn =
-    unsafe extern "C" fn(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
-type UtilFn = unsafe extern "C" fn(
-    nvmlDevice_t,
-    *mut nvmlProcessUtilizationSample_t,
-    *mut c_uint,
-    u64,
-) -> nvmlReturn_t;
-
-/// Calls an NVML "fill a buffer, or say how big it must be" function, growing `buf` as needed.
-/// `buf` keeps its length (its capacity in elements) across rounds; returns how many are valid.
-fn fill_buffer<T: Copy>(
-    buf: &mut Vec<T>,
-    zero: T,
-    mut call: impl FnMut(*mut T, &mut c_uint) -> nvmlReturn_t,
-) -> Result<usize, NvmlError> {
-    for _ in 0..4 {
-        let mut count = buf.len() as c_uint;
-        let ptr = if buf.is_empty() {
-            std::ptr::null_mut()
-        } else {
-            buf.as_mut_ptr()
-        };
-        match call(ptr, &mut count) {
-            r if r == nvmlReturn_enum_NVML_SUCCESS => return Ok((count as usize).min(buf.len())),
-            r if r == nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE => {
-                // Headroom for processes that start between the two calls.
-                let want = (count as usize).max(buf.len() + 1) + 8;
-                buf.resize(want, zero);
-            }
-            r => return Err(NvmlError::from(r)),
-        }
-    }
-    Err(NvmlError::InsufficientSize(Some(buf.len())))
-}
-
-fn list_processes(
-    sym: Result<&ListFn, &libloading::Error>,
-    handle: nvmlDevice_t,
-    buf: &mut Vec<nvmlProcessInfo_t>,
-) -> Result<usize, NvmlError> {
-    let sym = nvml_wrapper::error::nvml_sym(sym)?;
-    let zero = nvmlProcessInfo_t {
-        pid: 0,
-        usedGpuMemory: 0,
-        gpuInstanceId: 0,
-        computeInstanceId: 0,
-    };
-    // SAFETY: `ptr` points to `count` writable elements (or is null with count 0).
-    fill_buffer(buf, zero, |ptr, count| unsafe { sym(handle, count, ptr) })
-}
-
-/// Pulls the samples newer than the cursor's last-seen timestamp and adds them, integrated, to
-/// the pending accumulations.
-fn pull_samples(
-    nvml: &Nvml,
-    handle: nvmlDevice_t,
-    cursor: &mut DeviceCursor,
-) -> Result<(), NvmlError> {
-    let n = process_samples(
-        nvml.lib().nvmlDeviceGetProcessUtilization.as_ref(),
-        handle,
-        cursor,
-    )?;
-    let samples = &mut cursor.samples[..n];
-    samples.sort_unstable_by_key(|s| s.timeStamp);
-    for s in samples.iter() {
-        let p = cursor.pending.entry(s.pid).or_default();
-        p.sm_sum += u64::from(s.smUtil);
-        p.mem_sum += u64::from(s.memUtil);
-        p.count += 1;
-        p.busy_seconds += cursor.integrator.add(s.pid, s.timeStamp, s.smUtil);
-    }
-    Ok(())
-}
-
-fn process_samples(
-    sym: Result<&UtilFn, &libloading::Error>,
-    handle: nvmlDevice_t,
-    cursor: &mut DeviceCursor,
-) -> Result<usize, NvmlError> {
-    let sym = nvml_wrapper::error::nvml_sym(sym)?;
-    let zero = nvmlProcessUtilizationSample_t {
-        pid: 0,
-        timeStamp: 0,
-        smUtil: 0,
-        memUtil: 0,
-        encUtil: 0,
-        decUtil: 0,
-    };
-    let last_seen = cursor.last_seen_us;
-    // SAFETY: as above.
-    let n = fill_buffer(&mut cursor.samples, zero, |ptr, count| unsafe {
-        let r = sym(handle, ptr, count, last_seen);
-        // NOT_FOUND means "no samples since last_seen", not a failure.
-        if r == nvmlReturn_enum_NVML_ERROR_NOT_FOUND {
-            *count = 0;
-            nvmlReturn_enum_NVML_SUCCESS
-        } else {
-            r
-        }
-    })?;
-    if let Some(newest) = cursor.samples[..n].iter().map(|s| s.timeStamp).max() {
-        cursor.last_seen_us = cursor.last_seen_us.max(newest);
-    }
-    Ok(n)
-}
-
-/// Joins the compute and graphics lists and the pending samples into one entry per PID, and
-/// empties `pending` (samples of a PID no longer listed are dropped with it).
+/// Joins the compute and graphics lists into one entry per PID.
 fn merge_processes(
     compute: &[nvmlProcessInfo_t],
     graphics: &[nvmlProcessInfo_t],
-    pending: &mut HashMap<u32, PendingSamples>,
 ) -> Vec<ProcessReading> {
     let memory =
         |p: &nvmlProcessInfo_t| (p.usedGpuMemory != VALUE_NOT_AVAILABLE).then_some(p.usedGpuMemory);
@@ -570,39 +601,9 @@ fn merge_processes(
                 pid: p.pid,
                 kind,
                 used_memory_bytes: memory(p),
-                sm_util_percent: None,
-                mem_util_percent: None,
-                samples: 0,
-                sm_busy_seconds: 0.0,
-                exited: false,
             });
         }
     }
-    let listed = out.len();
-    for (pid, s) in pending.iter() {
-        if s.count > 0 && !out[..listed].iter().any(|p| p.pid == *pid) {
-            // Samples of a process that left the GPU since: kept, not dropped.
-            out.push(ProcessReading {
-                pid: *pid,
-                kind: ProcessKind::Compute,
-                used_memory_bytes: None,
-                sm_util_percent: None,
-                mem_util_percent: None,
-                samples: 0,
-                sm_busy_seconds: 0.0,
-                exited: true,
-            });
-        }
-    }
-    for p in &mut out {
-        if let Some(s) = pending.get(&p.pid).filter(|s| s.count > 0) {
-            p.sm_util_percent = Some(s.sm_sum as f64 / f64::from(s.count));
-            p.mem_util_percent = Some(s.mem_sum as f64 / f64::from(s.count));
-            p.samples = s.count;
-            p.sm_busy_seconds = s.busy_seconds;
-        }
-    }
-    pending.clear();
     out
 }
 
@@ -619,83 +620,16 @@ mod tests {
         }
     }
 
-    fn sample(pid: u32, ts: u64, sm: u32) -> nvmlProcessUtilizationSample_t {
-        nvmlProcessUtilizationSample_t {
-            pid,
-            timeStamp: ts,
-            smUtil: sm,
-            memUtil: sm / 2,
-            encUtil: 0,
-            decUtil: 0,
-        }
-    }
-
     #[test]
-    fn merges_lists_and_averages_samples() {
-        let mut integrator = SampleIntegrator::default();
-        let mut pending: HashMap<u32, PendingSamples> = HashMap::new();
-        for s in [
-            sample(1, 200_000, 40),
-            sample(1, 400_000, 60),
-            sample(9, 5, 99),
-        ] {
-            let p = pending.entry(s.pid).or_default();
-            p.sm_sum += u64::from(s.smUtil);
-            p.mem_sum += u64::from(s.memUtil);
-            p.count += 1;
-            p.busy_seconds += integrator.add(s.pid, s.timeStamp, s.smUtil);
-        }
+    fn merges_compute_and_graphics_lists() {
         let out = merge_processes(
             &[info(1, 100), info(2, VALUE_NOT_AVAILABLE)],
             &[info(1, 120), info(3, 5)],
-            &mut pending,
         );
-        assert!(pending.is_empty(), "drained");
-        assert_eq!(out.len(), 4);
-        let gone = out
-            .iter()
-            .find(|p| p.pid == 9)
-            .expect("an exited process keeps its samples");
-        assert!(gone.exited && gone.samples == 1 && gone.used_memory_bytes.is_none());
+        assert_eq!(out.len(), 3);
         assert_eq!(out[0].kind, ProcessKind::ComputeAndGraphics);
         assert_eq!(out[0].used_memory_bytes, Some(120));
-        assert_eq!(out[0].sm_util_percent, Some(50.0));
-        assert_eq!(out[0].samples, 2);
-        // first sample covers one default period (0.2 s at 40 %), the second 0.2 s at 60 %
-        assert!(
-            (out[0].sm_busy_seconds - 0.2).abs() < 1e-9,
-            "{}",
-            out[0].sm_busy_seconds
-        );
-        assert_eq!(out[1].used_memory_bytes, None);
-        assert_eq!(
-            out[1].sm_util_percent, None,
-            "no sample means no activity, not zero"
-        );
+        assert_eq!(out[1].used_memory_bytes, None, "not available is unknown, not 0");
         assert_eq!(out[2].kind, ProcessKind::Graphics);
-    }
-
-    #[test]
-    fn fill_buffer_grows_once_then_reuses() {
-        let mut buf: Vec<u32> = Vec::new();
-        let mut calls = 0;
-        let fill = |ptr: *mut u32, count: &mut c_uint, calls: &mut u32| {
-            *calls += 1;
-            if (*count as usize) < 3 {
-                *count = 3;
-                return nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
-            }
-            for i in 0..3 {
-                // SAFETY: the caller sized the buffer to at least 3.
-                unsafe { *ptr.add(i) = i as u32 + 1 };
-            }
-            *count = 3;
-            nvmlReturn_enum_NVML_SUCCESS
-        };
-        let n = fill_buffer(&mut buf, 0, |p, c| fill(p, c, &mut calls)).unwrap();
-        assert_eq!((n, &buf[..n], calls), (3, &[1, 2, 3][..], 2));
-        calls = 0;
-        let n = fill_buffer(&mut buf, 0, |p, c| fill(p, c, &mut calls)).unwrap();
-        assert_eq!((n, calls), (3, 1), "a warm buffer needs one NVML call");
     }
 }

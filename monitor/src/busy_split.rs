@@ -1,0 +1,211 @@
+//! Splitting a GPU's busy time between the workloads that hold it.
+//!
+//! A GPU held by one workload needs no split: the workload's busy share is the GPU's. When
+//! several hold it, the evidence is weaker, and the method is reported with the result:
+//!
+//! - **the driver's split** (`GetProcessUtilization` over the span): each 200-ms sample period
+//!   goes wholly to the busiest process. Complete when every process that did anything has a
+//!   share; two full-duty jobs on the H200 read 44 % and 54 % against their own 47 % and 47 %.
+//! - **host CPU time** of the GPU processes, when some active process got no period from the
+//!   driver (a 30 %-duty job beside a 70 % one never did on the H200): a CUDA process's host
+//!   thread runs while its work is queued or awaited (PyTorch's default synchronisation spins),
+//!   so its CPU time tracks its time on the GPU. An estimate, said so.
+//! - **partial**: the driver's figures for the processes it credited, unknown for the active
+//!   processes it did not, when CPU time cannot stand in (an active process without it).
+//!
+//! "Active" means a driver share above 0 or at least 1 % of the window on a CPU. A holder that
+//! did neither gets 0: it holds memory and ran nothing visible. One that may have run is never
+//! given 0: its share is unknown.
+use crate::cgroup::WorkloadId;
+use crate::snapshot::SplitMethod;
+
+/// One process holding the GPU, with the evidence of its use.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Holder {
+    pub workload: Option<WorkloadId>,
+    /// Host CPU seconds in the window; `None` when not measured (the process is gone).
+    pub cpu_seconds: Option<f64>,
+    /// The driver's SM share over the span, percent; `None`: the driver credited it nothing.
+    pub driver_percent: Option<u32>,
+}
+
+/// Each holder's share of the GPU's busy time (0..=1, summing to at most 1), `None` where
+/// unknown.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Split {
+    pub method: SplitMethod,
+    pub shares: Vec<Option<f64>>,
+}
+
+/// CPU time below this share of the window is no evidence of activity.
+const ACTIVE_CPU_SHARE: f64 = 0.01;
+
+pub fn split(holders: &[Holder], window_seconds: f64) -> Split {
+    let n = holders.len();
+    let first = holders.first().map(|h| &h.workload);
+    if n == 0 {
+        return Split {
+            method: SplitMethod::NoProcesses,
+            shares: Vec::new(),
+        };
+    }
+    if first.is_some_and(|w| w.is_some() && holders.iter().all(|h| &h.workload == w)) {
+        return even(holders, SplitMethod::SoleHolder, |_| true);
+    }
+    let cpu_active =
+        |h: &Holder| h.cpu_seconds.is_some_and(|c| c >= ACTIVE_CPU_SHARE * window_seconds);
+    let sampled = |h: &Holder| h.driver_percent.is_some_and(|p| p > 0);
+    let active: Vec<bool> = holders.iter().map(|h| cpu_active(h) || sampled(h)).collect();
+    let active_holders: Vec<&Holder> = holders
+        .iter()
+        .zip(&active)
+        .filter_map(|(h, a)| a.then_some(h))
+        .collect();
+    let Some(lead) = active_holders.first() else {
+        return Split {
+            method: SplitMethod::Unknown,
+            shares: vec![None; n],
+        };
+    };
+    if lead.workload.is_some() && active_holders.iter().all(|h| h.workload == lead.workload) {
+        let w = lead.workload.clone();
+        return even(holders, SplitMethod::SoleActiveHolder, |h| h.workload == w);
+    }
+    if active_holders.iter().all(|h| sampled(h)) {
+        return weighted(holders, &active, SplitMethod::ProcessSamples, |h| {
+            f64::from(h.driver_percent.unwrap_or(0))
+        });
+    }
+    if active_holders.iter().all(|h| cpu_active(h)) {
+        return weighted(holders, &active, SplitMethod::HostCpuEstimate, |h| {
+            h.cpu_seconds.unwrap_or(0.0)
+        });
+    }
+    // The driver's figures where it credited periods, unknown for the active rest.
+    let total: f64 = holders
+        .iter()
+        .filter(|h| sampled(h))
+        .map(|h| f64::from(h.driver_percent.unwrap_or(0)))
+        .sum();
+    let shares = holders
+        .iter()
+        .zip(&active)
+        .map(|(h, a)| match (a, sampled(h)) {
+            (false, _) => Some(0.0),
+            (true, true) => Some(f64::from(h.driver_percent.unwrap_or(0)) / total),
+            (true, false) => None,
+        })
+        .collect();
+    Split {
+        method: SplitMethod::Partial,
+        shares,
+    }
+}
+
+/// The whole busy time to the holders `is_ours` picks, evenly: one workload, whose processes
+/// the caller sums, so the per-process division does not matter.
+fn even(holders: &[Holder], method: SplitMethod, is_ours: impl Fn(&Holder) -> bool) -> Split {
+    let ours = holders.iter().filter(|h| is_ours(h)).count().max(1) as f64;
+    Split {
+        method,
+        shares: holders
+            .iter()
+            .map(|h| Some(if is_ours(h) { 1.0 / ours } else { 0.0 }))
+            .collect(),
+    }
+}
+
+fn weighted(
+    holders: &[Holder],
+    active: &[bool],
+    method: SplitMethod,
+    weight: impl Fn(&Holder) -> f64,
+) -> Split {
+    let total: f64 = holders
+        .iter()
+        .zip(active)
+        .filter(|(_, a)| **a)
+        .map(|(h, _)| weight(h))
+        .sum();
+    Split {
+        method,
+        shares: holders
+            .iter()
+            .zip(active)
+            .map(|(h, a)| Some(if *a && total > 0.0 { weight(h) / total } else { 0.0 }))
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroup::WorkloadKind;
+
+    fn w(name: &str) -> Option<WorkloadId> {
+        Some(WorkloadId {
+            kind: WorkloadKind::Docker,
+            id: name.into(),
+        })
+    }
+
+    fn h(workload: &str, cpu: Option<f64>, driver: Option<u32>) -> Holder {
+        Holder {
+            workload: w(workload),
+            cpu_seconds: cpu,
+            driver_percent: driver,
+        }
+    }
+
+    #[test]
+    fn one_workload_takes_it_all_without_evidence() {
+        let s = split(&[h("a", None, None), h("a", Some(0.5), None)], 1.0);
+        assert_eq!(s.method, SplitMethod::SoleHolder);
+        assert_eq!(s.shares, vec![Some(0.5), Some(0.5)]);
+        let s = split(&[], 1.0);
+        assert_eq!(s.method, SplitMethod::NoProcesses);
+    }
+
+    #[test]
+    fn an_idle_second_holder_does_not_make_a_split() {
+        let s = split(&[h("a", Some(0.4), None), h("b", Some(0.0), None)], 1.0);
+        assert_eq!(s.method, SplitMethod::SoleActiveHolder);
+        assert_eq!(s.shares, vec![Some(1.0), Some(0.0)]);
+    }
+
+    #[test]
+    fn the_drivers_split_when_it_credits_every_active_process() {
+        // H200, two full-duty jobs: 44.3 and 54.1.
+        let s = split(&[h("a", Some(1.0), Some(44)), h("b", Some(1.0), Some(54))], 1.0);
+        assert_eq!(s.method, SplitMethod::ProcessSamples);
+        assert!((s.shares[0].unwrap() - 44.0 / 98.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn host_cpu_when_the_driver_misses_an_active_process() {
+        // H200, 70 % and 30 % duty: only the first is credited; their CPU time is 0.70 / 0.31.
+        let s = split(
+            &[h("a", Some(0.70), Some(69)), h("b", Some(0.31), None)],
+            1.0,
+        );
+        assert_eq!(s.method, SplitMethod::HostCpuEstimate);
+        assert!((s.shares[1].unwrap() - 0.31 / 1.01).abs() < 1e-9);
+        assert!((s.shares[0].unwrap() + s.shares[1].unwrap() - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn never_zero_for_a_process_that_may_have_run() {
+        // The driver credits a process that shows no CPU time; another runs on the CPU but has
+        // no periods: no method covers both, so the second is unknown, not 0.
+        let s = split(
+            &[h("a", Some(0.0), Some(60)), h("b", Some(0.2), None), h("c", Some(0.0), None)],
+            1.0,
+        );
+        assert_eq!(s.method, SplitMethod::Partial);
+        assert_eq!(s.shares, vec![Some(1.0), None, Some(0.0)]);
+        // Nobody active, yet the GPU may be busy: unknown for all.
+        let s = split(&[h("a", Some(0.0), None), h("b", None, None)], 1.0);
+        assert_eq!(s.method, SplitMethod::Unknown);
+        assert_eq!(s.shares, vec![None, None]);
+    }
+}

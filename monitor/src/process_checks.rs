@@ -1,0 +1,219 @@
+//! What the agent needs of a GPU process beyond its identity: its scheduler state and CPU time,
+//! from `/proc/<pid>/stat`, read into a stack buffer.
+//!
+//! Read every round for the processes of GPUs several workloads share (their CPU time is
+//! evidence for splitting the GPU's busy time between them), and in rotation for the others: a
+//! slice of them per round, so each is checked at least every [`ROTATION_ROUNDS`] rounds
+//! whatever the number of processes (at 8 GPUs × 200 processes a round reads 54 files, not
+//! 1,600). A process is *stuck* when two checks find it in uninterruptible sleep (D) with no
+//! CPU time spent between them: it holds its GPU memory and does nothing.
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Every process is checked at least once in this many rounds.
+pub const ROTATION_ROUNDS: usize = 30;
+const MIN_PER_ROUND: usize = 8;
+
+/// One read of `/proc/<pid>/stat`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcStat {
+    pub state: char,
+    /// utime + stime, in clock ticks.
+    pub cpu_ticks: u64,
+    pub start_time: u64,
+}
+
+/// The fields after the command name's closing parenthesis: field 3 (state) is index 0, utime
+/// and stime (14, 15) are 11 and 12, starttime (22) is 19.
+pub fn parse(stat: &[u8]) -> Option<ProcStat> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(stat.get(close + 2..)?).ok()?;
+    let mut f = rest.split(' ');
+    let state = f.next()?.chars().next()?;
+    let mut f = f.skip(10);
+    let utime: u64 = f.next()?.parse().ok()?;
+    let stime: u64 = f.next()?.parse().ok()?;
+    let start_time = f.nth(6)?.trim_end().parse().ok()?;
+    Some(ProcStat {
+        state,
+        cpu_ticks: utime + stime,
+        start_time,
+    })
+}
+
+/// Reads `/proc/<pid>/stat` without allocating; `None` when the process is gone or the line
+/// does not parse.
+pub fn read(proc_root: &Path, pid: u32) -> Option<ProcStat> {
+    let mut path = PathBuf::from(proc_root);
+    path.push(pid.to_string());
+    path.push("stat");
+    let mut buf = [0u8; 1024];
+    let mut file = std::fs::File::open(&path).ok()?;
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(_) => return None,
+        }
+    }
+    parse(&buf[..n])
+}
+
+/// What a round learnt of one process.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Observed {
+    /// The state letter, when the process was checked this round.
+    pub state: Option<char>,
+    /// In D at this check and the previous one, with no CPU time between.
+    pub stuck: bool,
+    /// CPU seconds since the previous round's check (only when it was checked then too).
+    pub cpu_seconds: Option<f64>,
+}
+
+#[derive(Clone, Copy)]
+struct Last {
+    stat: ProcStat,
+    round: u64,
+}
+
+pub struct ProcessChecks {
+    proc_root: PathBuf,
+    last: HashMap<u32, Last>,
+    round: u64,
+    /// Where the rotation resumes in the next round's list of processes.
+    cursor: usize,
+    ticks_per_second: f64,
+    /// Files read since creation (for the benchmark).
+    pub reads: u64,
+}
+
+impl ProcessChecks {
+    pub fn new(proc_root: impl Into<PathBuf>) -> Self {
+        // SAFETY: no preconditions.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        Self {
+            proc_root: proc_root.into(),
+            last: HashMap::new(),
+            round: 0,
+            cursor: 0,
+            ticks_per_second: if ticks > 0 { ticks as f64 } else { 100.0 },
+            reads: 0,
+        }
+    }
+
+    /// Checks this round's processes: each of `every_round`, and a rotating slice of `others`.
+    /// Processes in neither list are forgotten.
+    pub fn observe(&mut self, every_round: &[u32], others: &[u32]) -> HashMap<u32, Observed> {
+        self.round += 1;
+        let slice = (others.len().div_ceil(ROTATION_ROUNDS)).max(MIN_PER_ROUND);
+        let mut due: Vec<u32> = every_round.to_vec();
+        if !others.is_empty() {
+            let start = self.cursor % others.len();
+            due.extend(others.iter().cycle().skip(start).take(slice.min(others.len())));
+            self.cursor = start + slice;
+        }
+        let mut out = HashMap::with_capacity(due.len());
+        for pid in due {
+            if out.contains_key(&pid) {
+                continue;
+            }
+            self.reads += 1;
+            let Some(stat) = read(&self.proc_root, pid) else {
+                self.last.remove(&pid);
+                continue;
+            };
+            let before = self
+                .last
+                .get(&pid)
+                .filter(|l| l.stat.start_time == stat.start_time);
+            let observed = Observed {
+                state: Some(stat.state),
+                stuck: before.is_some_and(|b| {
+                    b.stat.state == 'D' && stat.state == 'D' && b.stat.cpu_ticks == stat.cpu_ticks
+                }),
+                cpu_seconds: before.filter(|b| b.round + 1 == self.round).map(|b| {
+                    stat.cpu_ticks.saturating_sub(b.stat.cpu_ticks) as f64 / self.ticks_per_second
+                }),
+            };
+            self.last.insert(
+                pid,
+                Last {
+                    stat,
+                    round: self.round,
+                },
+            );
+            out.insert(pid, observed);
+        }
+        let live: std::collections::HashSet<u32> =
+            every_round.iter().chain(others).copied().collect();
+        self.last.retain(|pid, _| live.contains(pid));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_stat(root: &Path, pid: u32, state: char, utime: u64) {
+        let d = root.join(pid.to_string());
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.join("stat"),
+            format!("{pid} (py (x) y) {state} 1 1 1 0 -1 0 0 0 0 0 {utime} 3 0 0 20 0 1 0 777 0 0\n"),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn parses_state_cpu_time_and_start_time() {
+        let s = parse(b"9 (a) b) R 1 1 1 0 -1 0 0 0 0 0 40 2 0 0 20 0 1 0 12345 0 0\n").unwrap();
+        assert_eq!(
+            s,
+            ProcStat {
+                state: 'R',
+                cpu_ticks: 42,
+                start_time: 12345
+            }
+        );
+        assert!(parse(b"garbage").is_none());
+        let me = read(Path::new("/proc"), std::process::id()).unwrap();
+        assert!(me.start_time > 0 && me.state.is_ascii_uppercase(), "{me:?}");
+    }
+
+    #[test]
+    fn stuck_means_d_twice_with_no_cpu_time_between() {
+        let root = tempfile::tempdir().unwrap();
+        let mut c = ProcessChecks::new(root.path());
+        write_stat(root.path(), 5, 'D', 10);
+        assert!(!c.observe(&[5], &[])[&5].stuck, "one D reading is not stuck");
+        let o = c.observe(&[5], &[])[&5];
+        assert!(o.stuck);
+        assert_eq!(o.cpu_seconds, Some(0.0));
+        write_stat(root.path(), 5, 'D', 60);
+        let o = c.observe(&[5], &[])[&5];
+        assert!(!o.stuck, "it ran in between: busy I/O, not stuck");
+        assert!(o.cpu_seconds.unwrap() > 0.0);
+        std::fs::remove_dir_all(root.path().join("5")).unwrap();
+        assert!(c.observe(&[5], &[]).is_empty(), "gone");
+    }
+
+    #[test]
+    fn the_rotation_checks_everyone_within_its_rounds() {
+        let root = tempfile::tempdir().unwrap();
+        let pids: Vec<u32> = (100..400).collect();
+        for p in &pids {
+            write_stat(root.path(), *p, 'S', 1);
+        }
+        let mut c = ProcessChecks::new(root.path());
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..ROTATION_ROUNDS {
+            let o = c.observe(&[], &pids);
+            assert_eq!(o.len(), 10, "300 processes over 30 rounds");
+            seen.extend(o.keys().copied());
+        }
+        assert_eq!(seen.len(), pids.len());
+    }
+}

@@ -1,0 +1,88 @@
+//! Where each workload's cgroup is, resolved once from a member process, and the Docker
+//! containers the cgroup tree shows when the daemon cannot be asked.
+use crate::cgroup::stats::CgroupStatsPaths;
+use crate::cgroup::{classify, CgroupLayout, CgroupMembership, WorkloadId, WorkloadKind};
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+
+/// A workload's cgroup, resolved once from a member process.
+pub struct WorkloadCgroup {
+    pub path: String,
+    pub stats: Result<CgroupStatsPaths, String>,
+    /// Inode of the unified-hierarchy directory: the id eBPF reports.
+    pub cgroup_id: Option<u64>,
+    /// A directory of the cgroup, to notice when it is removed (the workload stopped).
+    pub dir: Option<PathBuf>,
+}
+
+impl WorkloadCgroup {
+    pub fn resolve(layout: &CgroupLayout, membership: &CgroupMembership) -> Self {
+        let path = membership.identity_path().to_owned();
+        let stats = CgroupStatsPaths::resolve(layout, membership).map_err(|e| e.to_string());
+        let cgroup_id = membership
+            .unified_dir(layout)
+            .and_then(|d| std::fs::metadata(d).ok())
+            .map(|m| m.ino());
+        // The root cgroup never goes away; any other one does when its workload stops.
+        let dir = (path != "/")
+            .then(|| {
+                membership
+                    .unified_dir(layout)
+                    .or_else(|| membership.controller_dir(layout, "memory"))
+            })
+            .flatten();
+        Self {
+            path,
+            stats,
+            cgroup_id,
+            dir,
+        }
+    }
+
+    /// True once the cgroup's directory is gone (its workload stopped).
+    pub fn removed(&self) -> bool {
+        self.dir.as_ref().is_some_and(|d| !d.exists())
+    }
+}
+
+/// Docker containers visible in the cgroup tree (cgroupfs `/docker/<id>` and systemd
+/// `/system.slice/docker-<id>.scope`), for when the daemon cannot be asked.
+pub fn discover_docker_cgroups(layout: &CgroupLayout) -> Vec<(WorkloadId, String)> {
+    let root = layout.unified.clone().or_else(|| {
+        layout
+            .v1_mount("name=systemd")
+            .or_else(|| layout.v1_mount("cpu"))
+            .map(|h| h.mount_point.clone())
+    });
+    let Some(root) = root else { return Vec::new() };
+    let mut found = Vec::new();
+    for parent in ["docker", "system.slice"] {
+        let Ok(dir) = std::fs::read_dir(root.join(parent)) else {
+            continue;
+        };
+        for entry in dir.flatten() {
+            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let path = format!("/{parent}/{}", entry.file_name().to_string_lossy());
+            let id = classify(&path);
+            if id.kind == WorkloadKind::Docker {
+                found.push((id, path));
+            }
+        }
+    }
+    found
+}
+
+/// The membership a process in `path` would have: cgroupfs-driver runtimes use the same path in
+/// every hierarchy.
+pub fn membership_for_path(layout: &CgroupLayout, path: &str) -> CgroupMembership {
+    CgroupMembership {
+        unified: layout.unified.as_ref().map(|_| path.to_owned()),
+        v1: layout
+            .v1
+            .iter()
+            .map(|h| (h.controllers.clone(), path.to_owned()))
+            .collect(),
+    }
+}
