@@ -76,13 +76,52 @@ struct TypeRecord {
     size_or_type: u32,
     /// Byte offset of the record's trailing data (members) in `KernelBtf::bytes`.
     data: usize,
+    /// Length of that trailing data.
+    trailing: usize,
 }
 
-/// A parsed BTF blob: its type records (type id `n` is `types[n - 1]`) and string section.
+/// The type record at `at`, which must end by `end`; on error, where and what.
+fn decode(bytes: &[u8], at: usize, end: usize) -> Result<TypeRecord, (usize, String)> {
+    let word = |i: usize| {
+        u32_at(bytes, at + 4 * i)
+            .filter(|_| at + 4 * i + 4 <= end)
+            .ok_or_else(|| (at, "type record cut off".to_owned()))
+    };
+    let (name_off, info, size_or_type) = (word(0)?, word(1)?, word(2)?);
+    let kind = (info >> 24) & 0x1f;
+    let vlen = (info & 0xffff) as usize;
+    if kind == 0 || kind > KIND_MAX {
+        return Err((at, format!("unknown kind {kind}")));
+    }
+    let trailing = match kind {
+        KIND_INT | KIND_VAR | KIND_DECL_TAG => 4,
+        KIND_ARRAY => 12,
+        KIND_STRUCT | KIND_UNION | KIND_DATASEC | KIND_ENUM64 => 12 * vlen,
+        KIND_ENUM | KIND_FUNC_PROTO => 8 * vlen,
+        _ => 0,
+    };
+    let data = at + 12;
+    if data + trailing > end {
+        return Err((data, "type record cut off".to_owned()));
+    }
+    Ok(TypeRecord {
+        name_off,
+        kind,
+        vlen,
+        kind_flag: info >> 31 != 0,
+        size_or_type,
+        data,
+        trailing,
+    })
+}
+
+/// A parsed BTF blob: where each type record starts (type id `n` is `types[n - 1]`, decoded when
+/// asked for: 4 bytes a type, not a 40-byte record, for the ~150,000 types of a kernel) and the
+/// string section.
 pub struct KernelBtf {
     path: PathBuf,
     bytes: Vec<u8>,
-    types: Vec<TypeRecord>,
+    types: Vec<u32>,
     strings: std::ops::Range<usize>,
 }
 
@@ -146,37 +185,9 @@ impl KernelBtf {
         let mut types = Vec::new();
         let mut at = type_section.start;
         while at < type_section.end {
-            let word = |i: usize| {
-                u32_at(&bytes, at + 4 * i)
-                    .filter(|_| at + 4 * i + 4 <= type_section.end)
-                    .ok_or_else(|| bad(at, "type record cut off".into()))
-            };
-            let (name_off, info, size_or_type) = (word(0)?, word(1)?, word(2)?);
-            let kind = (info >> 24) & 0x1f;
-            let vlen = (info & 0xffff) as usize;
-            if kind == 0 || kind > KIND_MAX {
-                return Err(bad(at, format!("unknown kind {kind}")));
-            }
-            let trailing = match kind {
-                KIND_INT | KIND_VAR | KIND_DECL_TAG => 4,
-                KIND_ARRAY => 12,
-                KIND_STRUCT | KIND_UNION | KIND_DATASEC | KIND_ENUM64 => 12 * vlen,
-                KIND_ENUM | KIND_FUNC_PROTO => 8 * vlen,
-                _ => 0,
-            };
-            let data = at + 12;
-            at = data + trailing;
-            if at > type_section.end {
-                return Err(bad(data, "type record cut off".into()));
-            }
-            types.push(TypeRecord {
-                name_off,
-                kind,
-                vlen,
-                kind_flag: info >> 31 != 0,
-                size_or_type,
-                data,
-            });
+            let t = decode(&bytes, at, type_section.end).map_err(|(at, what)| bad(at, what))?;
+            types.push(u32::try_from(at).map_err(|_| bad(at, "over 4 GiB".into()))?);
+            at = t.data + t.trailing;
         }
         Ok(Self {
             path: path.to_owned(),
@@ -193,12 +204,13 @@ impl KernelBtf {
         std::str::from_utf8(&tail[..end]).unwrap_or("")
     }
 
-    fn record(&self, id: u32) -> Option<&TypeRecord> {
-        self.types.get((id as usize).checked_sub(1)?)
+    fn record(&self, id: u32) -> Option<TypeRecord> {
+        let at = *self.types.get((id as usize).checked_sub(1)?)? as usize;
+        decode(&self.bytes, at, self.bytes.len()).ok()
     }
 
     /// `id` with typedefs and qualifiers (const, volatile, restrict, type tags) looked through.
-    fn resolve(&self, mut id: u32) -> Option<&TypeRecord> {
+    fn resolve(&self, mut id: u32) -> Option<TypeRecord> {
         for _ in 0..32 {
             let t = self.record(id)?;
             match t.kind {
@@ -247,7 +259,7 @@ impl KernelBtf {
             if member.is_empty() {
                 let inner = self.resolve(type_id)?;
                 if matches!(inner.kind, KIND_STRUCT | KIND_UNION) {
-                    if let Some((id, inner_bits)) = self.find_member(inner, name, depth + 1) {
+                    if let Some((id, inner_bits)) = self.find_member(&inner, name, depth + 1) {
                         return Some((id, bits.saturating_add(inner_bits)));
                     }
                 }
@@ -259,9 +271,8 @@ impl KernelBtf {
     /// The byte offset of `strukt.path[0].path[1]…` from the start of `struct strukt`, walking
     /// into nested (not pointed-to) structs and unions.
     pub fn member_offset(&self, strukt: &str, path: &[&str]) -> Result<u32, BtfError> {
-        let mut t = self
-            .types
-            .iter()
+        let mut t = (1..=self.types.len() as u32)
+            .filter_map(|id| self.record(id))
             // the full definition, not a forward declaration
             .find(|t| t.kind == KIND_STRUCT && t.vlen > 0 && self.name(t.name_off) == strukt)
             .ok_or_else(|| BtfError::NoStruct {
@@ -279,7 +290,7 @@ impl KernelBtf {
                 });
             }
             let (type_id, bits) =
-                self.find_member(t, member, 0)
+                self.find_member(&t, member, 0)
                     .ok_or_else(|| BtfError::NoMember {
                         path: self.path.clone(),
                         strukt: owner.clone(),

@@ -251,7 +251,17 @@ impl StallProbe {
         }
         let tracefs = tracefs::ensure_mounted()?;
         let offsets = offsets(&tracefs)?;
+        // Our BTF read is done with: hand its memory back before aya parses the same file.
+        #[cfg(target_env = "gnu")]
+        // SAFETY: no preconditions; only returns free heap pages to the kernel.
+        unsafe {
+            libc::malloc_trim(0);
+        }
         let mut loader = EbpfLoader::new();
+        // The programs do no CO-RE relocation (every offset comes in a global, read here from
+        // tracefs and BTF), so aya need not parse the kernel's BTF itself: 5.5 MB on 6.18,
+        // most of the agent's peak memory.
+        loader.btf(None);
         for (name, value) in &offsets.globals {
             loader.override_global(name, value, true);
         }
