@@ -56,6 +56,13 @@ fn csv_has_a_row_per_sample_per_gpu_and_per_container() {
     assert!(gpu_rows
         .iter()
         .all(|r| r[col("gpu_uuid")] == "GPU-rec" && r[col("utilization_gpu_percent")] == "60"));
+    // Every row after the baseline has the window's busy share from the device's series.
+    for r in &gpu_rows {
+        let busy: f64 = r[col("gpu_busy_fraction")].parse().unwrap();
+        assert!((busy - 0.6).abs() < 0.01, "{r:?}");
+        assert_eq!(r[col("busy_source")], "utilization_samples");
+        assert_eq!(r[col("busy_split")], "sole_holder");
+    }
     let mine: Vec<_> = rows
         .iter()
         .filter(|r| r[col("workload_name")] == c.name)
@@ -111,7 +118,13 @@ fn sigterm_stops_cleanly_with_every_line_complete() {
     assert!(docs.len() >= 3, "{} samples", docs.len());
     assert!(docs
         .iter()
-        .all(|d| d["schema_version"] == 1 && d["gpus"][0]["uuid"] == "GPU-rec"));
+        .all(|d| d["schema_version"] == 2 && d["gpus"][0]["uuid"] == "GPU-rec"));
+    // Rounds waiting for the GPU series when the signal came were completed and written.
+    let last = docs.last().unwrap();
+    assert_eq!(
+        last["gpus"][0]["busy"]["source"], "utilization_samples",
+        "{last:#}"
+    );
 }
 
 #[test]

@@ -61,7 +61,7 @@ fn attributes_gpu_processes_to_containers_host_and_skips_vanished() {
     });
     let s = &run.json;
     assert!(run.status.success(), "{}", run.stderr);
-    assert_eq!(s["schema_version"], 1);
+    assert_eq!(s["schema_version"], 2);
     // This kernel has every tracepoint the probes use; their own failure counters are shown.
     assert_eq!(s["probes"]["missing"], json!([]), "{:#}", s["probes"]);
     for counter in ["map_update_failed", "field_read_failed", "unmatched_end"] {
@@ -92,12 +92,24 @@ fn attributes_gpu_processes_to_containers_host_and_skips_vanished() {
     assert_eq!(per_gpu.len(), 2);
     assert_eq!(per_gpu[0]["index"], 0);
     assert_eq!(per_gpu[0]["memory_bytes"], 8 * GIB);
-    assert_eq!(per_gpu[0]["sm_util_percent"], 80.0);
+    // GPU 0 reads 85 % busy; the host process and the dead ones hold memory there but did
+    // nothing (no CPU, no period credited by the driver): all of the busy time is the
+    // trainer's. GPU 1: the trainer at 40 %, the eval container idle beside it.
+    assert_eq!(
+        per_gpu[0]["split"], "sole_active_holder",
+        "{:#}",
+        per_gpu[0]
+    );
+    assert_close(&per_gpu[0]["busy_fraction"], 0.85, 0.01);
     assert_eq!(
         per_gpu[1]["uuid"],
         "GPU-11111111-1111-1111-1111-111111111111"
     );
-    assert_eq!(per_gpu[1]["sm_util_percent"], 40.0);
+    assert_close(&per_gpu[1]["busy_fraction"], 0.40, 0.01);
+    let g0 = &s["gpus"][0]["busy"];
+    assert_eq!(g0["source"], "utilization_samples", "{g0:#}");
+    assert_close(&g0["coverage"], 1.0, 0.02);
+    assert_close(&g0["fraction"], 0.85, 0.01);
     assert!(t["cgroup_path"].as_str().unwrap().contains(&trainer.id));
     // Real cgroup counters of a busy container.
     assert!(t["cpu"]["cores"].as_f64().unwrap() > 0.0, "{:#}", t["cpu"]);
@@ -122,11 +134,11 @@ fn attributes_gpu_processes_to_containers_host_and_skips_vanished() {
     );
     assert_eq!(stalls["cgroup_id"], t["stalls"]["cgroup_id"]);
 
-    // The eval container holds memory but has no samples: present, idle (no SM figure).
+    // The eval container holds memory and did nothing: present, busy 0 of the GPU it shares.
     let e = workload(s, &format!("docker:{}", eval.id));
     assert_eq!(e["gpu"]["memory_bytes"], 4 * GIB);
     assert_eq!(e["gpu"]["per_gpu"][0]["index"], 1);
-    assert_eq!(e["gpu"]["per_gpu"][0]["sm_util_percent"], Value::Null);
+    assert_eq!(e["gpu"]["per_gpu"][0]["busy_fraction"], 0.0);
 
     // A container without any GPU process is listed too.
     let i = workload(s, &format!("docker:{}", idle.id));
@@ -214,4 +226,92 @@ fn table_output_names_containers_and_gpus() {
         "{row}"
     );
     assert!(text.contains("Fake H200"), "{text}");
+}
+
+fn assert_close(v: &Value, want: f64, tolerance: f64) {
+    let got = v
+        .as_f64()
+        .unwrap_or_else(|| panic!("{v} is not a number (want {want})"));
+    assert!(
+        (got - want).abs() <= tolerance,
+        "{got} is not within {tolerance} of {want}"
+    );
+}
+
+#[test]
+fn a_lone_busy_process_is_credited_with_its_gpus_busy_time() {
+    // On the H200 a lone container at 99-100 % read busy 0.39 when each per-process sample was
+    // credited for one 200-ms period of a 500-ms poll. Here the GPU's own series decides: a
+    // process alone at 97 % must read at least 0.90, and never more than the GPU was busy.
+    require_root();
+    let c = Container::start(&unique("lone"), &[], "sleep 3600");
+    let run = snapshot(
+        &json!({"devices": [{"uuid": "GPU-lone",
+            "processes": [{"pid": c.pid, "used_memory_bytes": 20 * GIB, "sm_util": 97}]}]}),
+        &["--window", "3s"],
+    );
+    assert!(run.status.success(), "{}", run.stderr);
+    let w = workload(&run.json, &format!("docker:{}", c.id));
+    let busy = w["gpu"]["busy_fraction"].as_f64().unwrap();
+    assert!(
+        busy >= 0.90,
+        "a lone 97 % process read {busy}: {:#}",
+        w["gpu"]
+    );
+    assert!(busy <= 0.97 + 1e-9, "over-counted: {busy}");
+    assert_eq!(w["gpu"]["per_gpu"][0]["split"], "sole_holder");
+    let g = &run.json["gpus"][0];
+    assert_eq!(g["busy"]["source"], "utilization_samples", "{g:#}");
+    // One workload holds the GPU: no per-process query was needed, none was made.
+    assert_eq!(
+        gpu_process(&run.json, 0, c.pid)["driver_sm_percent"],
+        Value::Null
+    );
+    // GPM: the fake's matmul-like kernels keep 96 % of the SMs busy while they run.
+    assert_close(&w["gpu"]["per_gpu"][0]["sm_activity_percent"], 96.0, 1.5);
+    assert_eq!(g["gpm"]["state"], "available");
+    assert_close(&g["sm_activity"]["engine_percent"], 97.0, 1.5);
+}
+
+#[test]
+fn a_shared_gpu_the_driver_cannot_split_is_estimated_and_says_so() {
+    // Two containers on one GPU, both busy on their CPUs; the driver credits every period to
+    // the busier (70 %, as the H200 did beside a 30 % job), so the other has no driver share.
+    // Their split must come from host CPU time, labelled an estimate, and never give the
+    // second 0; the two together are the GPU's busy share.
+    require_root();
+    let a = Container::start(&unique("share-a"), &[], BUSY);
+    let b = Container::start(&unique("share-b"), &[], BUSY);
+    let run = snapshot(
+        &json!({"devices": [{"uuid": "GPU-shared", "processes": [
+            {"pid": a.pid, "used_memory_bytes": GIB, "sm_util": 70},
+            {"pid": b.pid, "used_memory_bytes": GIB, "sm_util": 30}]}]}),
+        &["--window", "2s"],
+    );
+    assert!(run.status.success(), "{}", run.stderr);
+    let g = &run.json["gpus"][0];
+    assert_eq!(g["busy"]["split"], "host_cpu_estimate", "{g:#}");
+    assert_close(&g["busy"]["fraction"], 1.0, 0.01);
+    assert_eq!(gpu_process(&run.json, 0, a.pid)["driver_sm_percent"], 100);
+    assert_eq!(
+        gpu_process(&run.json, 0, b.pid)["driver_sm_percent"],
+        Value::Null
+    );
+    let part = |c: &Container| {
+        workload(&run.json, &format!("docker:{}", c.id))["gpu"]["per_gpu"][0]["busy_fraction"]
+            .as_f64()
+            .unwrap()
+    };
+    let (pa, pb) = (part(&a), part(&b));
+    assert!(pb > 0.1, "the second container ran: {pb}");
+    assert!((pa + pb - 1.0).abs() < 0.01, "{pa} + {pb}");
+    for c in [&a, &b] {
+        let share = &workload(&run.json, &format!("docker:{}", c.id))["gpu"]["per_gpu"][0];
+        assert_eq!(share["split"], "host_cpu_estimate");
+        assert_eq!(
+            share["sm_activity_percent"],
+            Value::Null,
+            "GPM is per GPU, not per holder"
+        );
+    }
 }

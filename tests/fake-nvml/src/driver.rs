@@ -34,6 +34,42 @@ pub struct DeviceState {
     open: HashMap<u32, (u64, u64, u64)>,
     period_end_us: u64,
     pub gpm: GpmCounters,
+    /// A recorded series being played back: its file, records, and when playback began.
+    replay: Option<Replay>,
+}
+
+struct Replay {
+    path: String,
+    /// (offset ms, percent), in offset order.
+    records: Vec<(u64, u32)>,
+    started_us: u64,
+}
+
+impl Replay {
+    fn load(path: &str, now: u64) -> Self {
+        let records = std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| serde_json::from_str::<Vec<(u64, u32)>>(&t).map_err(|e| e.to_string()))
+            .unwrap_or_else(|e| {
+                eprintln!("fake-nvml: replay series {path}: {e}");
+                Vec::new()
+            });
+        Self {
+            path: path.to_owned(),
+            records,
+            started_us: now,
+        }
+    }
+
+    /// The record covering `now`: the latest whose offset has passed (0 after the end).
+    fn at(&self, now: u64) -> u32 {
+        let elapsed_ms = now.saturating_sub(self.started_us) / 1000;
+        match self.records.partition_point(|r| r.0 <= elapsed_ms) {
+            0 => 0,
+            i if i == self.records.len() && elapsed_ms > self.records[i - 1].0 + 1000 => 0,
+            i => self.records[i - 1].1,
+        }
+    }
 }
 
 static DEVICES: Mutex<Vec<DeviceState>> = Mutex::new(Vec::new());
@@ -96,6 +132,13 @@ fn poll(s: &Scenario) {
 }
 
 fn poll_device(state: &mut DeviceState, d: &Device, now: u64) {
+    if state.replay.as_ref().map(|r| r.path.as_str()) != d.replay_series.as_deref() {
+        state.replay = d.replay_series.as_deref().map(|p| Replay::load(p, now));
+    }
+    let fixed = match &state.replay {
+        Some(r) => Some(r.at(now)),
+        None => d.utilization_gpu,
+    };
     let readings: Vec<(&Process, u32)> = d.processes.iter().map(|p| (p, current(p))).collect();
     for (p, sm) in &readings {
         let e = state.open.entry(p.pid).or_default();
@@ -103,7 +146,7 @@ fn poll_device(state: &mut DeviceState, d: &Device, now: u64) {
         e.1 += u64::from(p.mem_util);
         e.2 += 1;
     }
-    add_gpm(&mut state.gpm, d, &readings, now);
+    add_gpm(&mut state.gpm, fixed, &readings, now);
     let period = d.sample_period_ms.max(1) * 1000;
     let boundary = now - now % period;
     if state.period_end_us == 0 {
@@ -119,9 +162,7 @@ fn poll_device(state: &mut DeviceState, d: &Device, now: u64) {
                 (p.pid, (sm / n) as u32, (mem / n) as u32)
             })
             .collect();
-        state
-            .timeline
-            .close_period(boundary, &activity, d.utilization_gpu);
+        state.timeline.close_period(boundary, &activity, fixed);
         state.open.clear();
         state.period_end_us = boundary;
     }
@@ -129,8 +170,8 @@ fn poll_device(state: &mut DeviceState, d: &Device, now: u64) {
 
 /// Adds the time since the last reading to the GPM integrals. Time-slicing shares the engine:
 /// when the processes' shares add up to more than 100 %, each gets its part of 100 (or of the
-/// scenario's fixed device figure).
-fn add_gpm(g: &mut GpmCounters, d: &Device, readings: &[(&Process, u32)], now: u64) {
+/// scenario's fixed device figure, `fixed`).
+fn add_gpm(g: &mut GpmCounters, fixed: Option<u32>, readings: &[(&Process, u32)], now: u64) {
     let dt = if g.ts_us == 0 {
         0.0
     } else {
@@ -138,7 +179,7 @@ fn add_gpm(g: &mut GpmCounters, d: &Device, readings: &[(&Process, u32)], now: u
     };
     g.ts_us = now;
     let sum: f64 = readings.iter().map(|r| f64::from(r.1)).sum();
-    let engine = d.utilization_gpu.map_or(sum.min(100.0), f64::from);
+    let engine = fixed.map_or(sum.min(100.0), f64::from);
     let scale = if sum > 0.0 { engine / sum } else { 0.0 };
     g.engine += engine * dt;
     for (p, sm) in readings {
@@ -170,11 +211,30 @@ mod tests {
         };
         let mut g = GpmCounters::default();
         let r: Vec<(&Process, u32)> = d.processes.iter().map(|p| (p, current(p))).collect();
-        add_gpm(&mut g, &d, &r, 1_000_000);
-        add_gpm(&mut g, &d, &r, 1_010_000);
+        add_gpm(&mut g, d.utilization_gpu, &r, 1_000_000);
+        add_gpm(&mut g, d.utilization_gpu, &r, 1_010_000);
         // 10 ms, engine capped at 100 %, each process half of it at 96 % SM activity
         assert!((g.engine - 100.0 * 10_000.0).abs() < 1e-6);
         assert!((g.sm - 96.0 * 10_000.0).abs() < 1e-6, "{}", g.sm);
         assert!((g.tensor - 93.0 * 10_000.0).abs() < 1e-6);
+    }
+}
+
+#[cfg(test)]
+mod replay_tests {
+    use super::*;
+
+    #[test]
+    fn a_replay_plays_each_record_from_its_offset() {
+        let r = Replay {
+            path: String::new(),
+            records: vec![(200, 90), (400, 10), (600, 50)],
+            started_us: 1_000_000,
+        };
+        assert_eq!(r.at(1_000_000), 0, "before the first record");
+        assert_eq!(r.at(1_250_000), 90);
+        assert_eq!(r.at(1_400_000), 10);
+        assert_eq!(r.at(1_700_000), 50);
+        assert_eq!(r.at(5_000_000), 0, "after the end, idle");
     }
 }

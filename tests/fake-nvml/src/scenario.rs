@@ -79,6 +79,12 @@ pub struct Device {
     /// Every call on this device returns GPU_IS_LOST.
     #[serde(default)]
     pub lost: bool,
+    /// A recorded utilisation series played back as this device's records, from the moment the
+    /// fake starts: a JSON file `[[offset_ms, percent], ...]` (e.g. made from
+    /// tests/fixtures/h200-three-phase). Overrides `utilization_gpu`; the first live process
+    /// is credited with every period.
+    #[serde(default)]
+    pub replay_series: Option<String>,
     /// The driver's sample period (200 ms on the H200).
     #[serde(default = "default_period")]
     pub sample_period_ms: u64,

@@ -150,7 +150,11 @@ mod tests {
         run(&mut t, 5, &[(7, 96, 40)]);
         let last = t.latest().unwrap().ts_us;
         run(&mut t, 5, &[(7, 96, 40)]);
-        assert_eq!(t.device_samples(last).len(), 5, "five device records a second");
+        assert_eq!(
+            t.device_samples(last).len(),
+            5,
+            "five device records a second"
+        );
         assert_eq!(t.process_samples(last), vec![(7, last + 5 * P, 96, 40)]);
         // polled every 100 ms, every other call finds a record
         assert_eq!(t.process_samples(last + 5 * P).len(), 0);
@@ -190,7 +194,14 @@ mod tests {
         assert!(all.iter().all(|s| s.1 == 100));
         let mut t = Timeline::default();
         t.close_period(P, &[(1, 10, 0)], Some(60));
-        assert_eq!(t.device_samples(0), vec![(P, 60)], "a fixed device figure wins");
-        assert!(t.process_samples(P).is_empty(), "nothing newer than last_seen");
+        assert_eq!(
+            t.device_samples(0),
+            vec![(P, 60)],
+            "a fixed device figure wins"
+        );
+        assert!(
+            t.process_samples(P).is_empty(),
+            "nothing newer than last_seen"
+        );
     }
 }
