@@ -36,9 +36,11 @@ open(os.path.join(work_dir, f"{name}.ready"), "w").write(f"{os.getpid()} {solo_s
 
 def matmul(duty, seconds):
     n, inside = 0, 0.0
+    marks = []
     t_end = time.time() + seconds
     period_start = time.time()
     while period_start < t_end:
+        marks.append((time.time(), n))
         t0 = time.time()
         while time.time() - period_start < duty * PERIOD:
             c = a @ a
@@ -47,7 +49,8 @@ def matmul(duty, seconds):
         inside += time.time() - t0
         period_start += PERIOD
         time.sleep(max(0.0, period_start - time.time()))
-    return {"matmuls": n, "wall_fraction": inside / seconds, "gpu_fraction": n * solo_s / seconds}
+    marks.append((time.time(), n))
+    return {"matmuls": n, "wall_fraction": inside / seconds, "gpu_fraction": n * solo_s / seconds, "marks": marks}
 
 
 def spin(seconds):
@@ -57,7 +60,7 @@ def spin(seconds):
         torch.cuda._sleep(20_000_000)  # ~10 ms on one thread at ~2 GHz
         torch.cuda.synchronize()
         n += 1
-    return {"kernels": n, "wall_fraction": 1.0, "gpu_fraction": None}
+    return {"kernels": n, "wall_fraction": 1.0, "gpu_fraction": None, "marks": []}
 
 
 cmd_path = os.path.join(work_dir, f"{name}.cmd")

@@ -1,7 +1,10 @@
-"""A PyTorch DataLoader job in two phases with its own ground truth, for tests/gpu/loader_check.sh.
+"""A PyTorch DataLoader job in phases with its own ground truth, for tests/gpu/loader_check.sh and
+tests/gpu/docker_check.sh.
 
 gpu_bound: in-memory samples, 2 workers. io_bound: each sample is a 1 MiB O_DIRECT read of a real
-file (the check throttles the job's cgroup with io.max), 2 workers. Per step it records t_start,
+file (the check throttles the job's reads), 2 workers. cpu_bound: each sample's augmentation
+burns a CPU for ~40 ms in pure Python, 2 workers, so the loader saturates its CPUs. PHASES picks
+and orders them (default all three), PHASE_S their length. Per step it records t_start,
 data_wait_s (blocked in next(loader)) and compute_s, and writes them to argv[1] at the end."""
 import json
 import mmap
@@ -13,24 +16,31 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 PHASE_S = float(os.environ.get("PHASE_S", "40"))
+PHASES = os.environ.get("PHASES", "gpu_bound,io_bound,cpu_bound").split(",")
 out, root = sys.argv[1], sys.argv[2]
 
 
-class Files(Dataset):
-    def __init__(self, slow):
-        self.slow, self.n = slow, len(os.listdir(root))
+class Samples(Dataset):
+    def __init__(self, kind):
+        self.kind, self.n = kind, len(os.listdir(root))
 
     def __len__(self):
         return 10**7
 
     def __getitem__(self, i):
-        if self.slow:
+        if self.kind == "io_bound":
             fd = os.open(os.path.join(root, f"{i % self.n}.bin"), os.O_RDONLY | os.O_DIRECT)
             try:
                 buf = mmap.mmap(-1, 1 << 20)  # page-aligned, as O_DIRECT needs
                 os.readv(fd, [buf])
             finally:
                 os.close(fd)
+        elif self.kind == "cpu_bound":
+            # An augmentation in pure Python: ~40 ms of one CPU per sample.
+            t = time.thread_time()
+            x = 0
+            while time.thread_time() - t < 0.04:
+                x += sum(range(1000))
         return torch.randn(3, 64, 64)
 
 
@@ -42,8 +52,8 @@ opt = torch.optim.SGD(m.parameters(), lr=0.01)
 steps = []
 
 
-def run(phase, slow):
-    dl = DataLoader(Files(slow), batch_size=16, num_workers=2)
+def run(phase):
+    dl = DataLoader(Samples(phase), batch_size=16, num_workers=2)
     it = iter(dl)
     print(f"phase {phase} start {time.time():.3f}", flush=True)
     t_end = time.time() + PHASE_S
@@ -65,6 +75,6 @@ def run(phase, slow):
 
 
 print("pid", os.getpid(), flush=True)
-run("gpu_bound", False)
-run("io_bound", True)
+for phase in PHASES:
+    run(phase)
 json.dump({"pid": os.getpid(), "steps": steps}, open(out, "w"))

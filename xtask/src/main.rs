@@ -2,6 +2,8 @@
 //!
 //! `setup` installs, idempotently, everything the build and the tests need on a fresh Debian
 //! machine; `test` and `run` call it first, so each of the README's two commands works alone.
+mod bench_vs_nvitop;
+mod gpu_bundle;
 mod setup;
 
 use anyhow::{bail, Context, Result};
@@ -44,6 +46,12 @@ enum Task {
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// Pack what a GPU machine without cargo or Docker needs into `.device/`: the stripped
+    /// gpuwatch and xtask binaries, Debian's Docker with its libraries, nvitop's wheel.
+    GpuBundle,
+    /// On a GPU machine (the carried xtask, as root): gpuwatch's and nvitop's steady CPU per
+    /// second and peak RSS over the same GPU load, one after the other, with the ratios.
+    BenchVsNvitop(bench_vs_nvitop::Args),
     /// Set up, build the release binary and run it with these arguments (default: `snapshot`).
     Run {
         #[arg(last = true)]
@@ -91,6 +99,11 @@ fn main() -> Result<()> {
             setup::run()?;
             run(&args)
         }
+        Task::GpuBundle => {
+            setup::run()?;
+            gpu_bundle::run_bundle()
+        }
+        Task::BenchVsNvitop(args) => bench_vs_nvitop::run(args),
     }
 }
 

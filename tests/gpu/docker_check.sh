@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Real Docker on the GPU machine (root, repository root, `cargo xtask gpu-bundle` carried in
+# .device/): PyTorch containers with compose labels, gpuwatch on the host, its figures against
+# the device's own series (util_recorder.py) and the jobs' own timing. Stages:
+#   lone   - one container at full duty: every 1-s row of `record`, and `snapshot`;
+#   share  - two containers at 70 % and 30 % duty on the one GPU: each one's part;
+#   spin   - a single-thread spinning kernel: the low-SM-activity verdict;
+#   loader - a DataLoader container, GPU-, I/O- then CPU-bound: verdicts and input-bound shares.
+# STAGES picks some (default all); PER_MM gives the GPU time of one matmul when the lone stage,
+# which measures it, is left out. Evidence goes to $OUT.
+set -uo pipefail
+STAGES=${STAGES:-lone share spin loader}
+want() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
+OUT=${OUT:-/tmp/gpuwatch-docker-check}
+mkdir -p "$OUT/jobs"
+BIN=$PWD/.device
+mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
+. tests/gpu/docker_up.sh
+python3 tests/gpu/util_recorder.py "$OUT/util.json" & REC=$!
+cmd() { echo "$2" > "$OUT/jobs/$1.cmd.tmp" && mv "$OUT/jobs/$1.cmd.tmp" "$OUT/jobs/$1.cmd"; }
+done_wait() { for _ in $(seq 120); do [ -f "$OUT/jobs/$1" ] && return; sleep 0.5; done; echo "no $1"; }
+ready() { for _ in $(seq 240); do [ -f "$OUT/jobs/$1.ready" ] && return; sleep 0.5; done; echo "$1 never ready"; }
+duty() { # name labels...
+  local n=$1; shift
+  docker run -d --name "gw-$n" "$@" -v "$OUT:/out" $GPU_RUN python3 tests/gpu/duty_job.py /out/jobs "$n" > "$OUT/$n.id"
+}
+
+if want lone || want share || want spin; then
+duty trainer --label com.docker.compose.project=vision --label com.docker.compose.service=trainer
+ready trainer
+fi
+if want lone; then
+echo "== lone: one container alone at full duty"
+cmd trainer "matmul 1.0 24 lone"
+sleep 2
+$BIN/gpuwatch record --interval 1s --duration 14s -o "$OUT/lone.csv" 2> "$OUT/lone.err"
+$BIN/gpuwatch snapshot --json --window 3s > "$OUT/lone_snap.json" 2>> "$OUT/lone.err"
+$BIN/gpuwatch snapshot --window 3s 2>&1 | tee "$OUT/lone_snap.txt"
+done_wait trainer.lone.json
+sleep 2
+python3 tests/gpu/compare_busy.py "$OUT/util.json" "$OUT/lone.csv"
+fi
+
+if want share; then
+echo "== share: two containers on the one GPU, 70 % and 30 % duty"
+duty eval --label com.docker.compose.project=vision --label com.docker.compose.service=eval
+ready eval
+cmd trainer "matmul 0.7 26 share"; cmd eval "matmul 0.3 26 share"
+sleep 3
+$BIN/gpuwatch snapshot --json --window 5s > "$OUT/share_snap.json" 2> "$OUT/share.err"
+$BIN/gpuwatch record --interval 1s --duration 14s -o "$OUT/share.csv" 2>> "$OUT/share.err"
+done_wait trainer.share.json; done_wait eval.share.json
+sleep 2
+[ -n "${PER_MM:-}" ] || PER_MM=$(python3 - "$OUT" <<'PY'
+import json, sys
+out = sys.argv[1]
+lone = json.load(open(f"{out}/jobs/trainer.lone.json"))
+series = json.load(open(f"{out}/util.json"))
+v = [p for ts, p in series if lone["t_start"] + 2 < ts / 1e6 <= lone["t_end"] - 1]
+busy = sum(v) / len(v) / 100
+marks = [(t, n) for t, n in lone["marks"] if lone["t_start"] + 2 < t <= lone["t_end"] - 1]
+print((marks[-1][0] - marks[0][0]) * busy / (marks[-1][1] - marks[0][1]))
+PY
+)
+echo "one 8192² bf16 matmul = $PER_MM s of GPU time (from the lone stage: device busy over matmuls done)"
+python3 tests/gpu/compare_busy.py "$OUT/util.json" "$OUT/share.csv" --per-matmul "$PER_MM" \
+  --job "gw-trainer=$OUT/jobs/trainer.share.json" --job "gw-eval=$OUT/jobs/eval.share.json"
+python3 - "$OUT" <<'PY'
+import json, sys
+s = json.load(open(f"{sys.argv[1]}/share_snap.json"))
+g = s["gpus"][0]
+print("share snapshot: GPU busy", g["busy"])
+for w in s["workloads"]:
+    if w["gpu"]["processes"]:
+        c = w.get("container") or {}
+        print(f"  {w['name']} image {c.get('image')} service {c.get('compose_service')}: busy {w['gpu']['busy_fraction']} split {w['gpu']['per_gpu'][0]['split']}")
+for p in g["processes"]:
+    print(f"  pid {p['pid']} driver {p['driver_sm_percent']} host cpu {p['host_cpu_seconds']} busy {p['busy_fraction']}")
+PY
+docker rm -f gw-eval > /dev/null
+fi
+
+if want spin; then
+echo "== spin: a single-thread kernel keeps the GPU busy and its SMs idle"
+cmd trainer "spin 1.0 14 spin"
+sleep 3
+$BIN/gpuwatch snapshot --json --window 6s > "$OUT/spin_snap.json" 2> "$OUT/spin.err"
+python3 - "$OUT" <<'PY'
+import json, sys
+out = sys.argv[1]
+for stage in ("lone", "spin"):
+    s = json.load(open(f"{out}/{stage}_snap.json"))
+    w = next(w for w in s["workloads"] if w["name"] == "gw-trainer")
+    v = w["verdict"]
+    print(f"{stage}: verdict {v['kind']}, busy {v['gpu_busy_fraction']:.3f}, SMs busy while running {v['sm_activity_fraction']}, GPU sm_activity {s['gpus'][0]['sm_activity']}")
+PY
+done_wait trainer.spin.json
+fi
+docker rm -f gw-trainer > /dev/null 2>&1
+
+if want loader; then
+echo "== loader: a DataLoader container, GPU-, I/O- then CPU-bound"
+. tests/gpu/loader_data.sh
+export PHASE_S=${PHASE_S:-24}
+docker run -d --name gw-loader --label com.docker.compose.service=loader -e PHASE_S="$PHASE_S" \
+  --device-read-bps "$DISK:20mb" -v "$OUT:/out" $GPU_RUN \
+  python3 tests/gpu/loader_job.py /out/truth.json /work/.loader-data > "$OUT/loader.id"
+LID=$(cat "$OUT/loader.id")
+snap() {
+  for _ in $(seq 200); do docker logs gw-loader 2>&1 | grep -q "phase $1 start" && break; sleep 1; done
+  sleep 6
+  $BIN/gpuwatch snapshot --json --window 12s > "$OUT/snap_$1.json" 2> "$OUT/snap_$1.err"
+}
+snap gpu_bound; snap io_bound; snap cpu_bound
+docker wait gw-loader > /dev/null
+docker logs gw-loader > "$OUT/loader.log" 2>&1
+python3 tests/gpu/compare_verdicts.py "$OUT" "docker:$LID" gpu_bound io_bound cpu_bound
+docker rm -f gw-loader > /dev/null
+fi
+kill $REC

@@ -1,0 +1,309 @@
+//! `xtask bench-vs-nvitop`: what gpuwatch costs beside nvitop, measured side by side over the
+//! same GPU load, one tool after the other, on a GPU machine (run the carried xtask binary
+//! there, as root, from the repository root; `cargo xtask gpu-bundle` makes it).
+//!
+//! Method: a load of CUDA processes (tests/gpu/torch_job.py, a 4096² matmul loop each) in child
+//! cgroups; each tool runs alone at 1 Hz for `--seconds`: gpuwatch `record` (eBPF on, the
+//! default series interval), and nvitop's API refreshing every device's processes with their
+//! SM, CPU and memory figures. Steady state is the on-CPU time of all the tool's threads
+//! (`/proc/<pid>/task/*/schedstat`) from `--warmup` seconds in to the end, per second; peak RSS
+//! is `VmHWM`. Two loads: one workload holding the GPU (gpuwatch needs no per-process call),
+//! and two sharing it (gpuwatch fetches the driver's split).
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Seconds each tool runs.
+    #[arg(long, default_value_t = 35)]
+    seconds: u64,
+    /// Seconds of start-up left out of the steady state.
+    #[arg(long, default_value_t = 10)]
+    warmup: u64,
+    #[arg(long, default_value = ".device/gpuwatch")]
+    gpuwatch: PathBuf,
+    /// Where nvitop's wheel is (installed into a private folder if nvitop is missing).
+    #[arg(long, default_value = ".device/wheels")]
+    wheels: PathBuf,
+    /// CUDA processes in the load.
+    #[arg(long, default_value_t = 4)]
+    procs: usize,
+    /// Also measure gpuwatch with its eBPF probes off.
+    #[arg(long)]
+    no_ebpf_too: bool,
+}
+
+const NVITOP_REFRESH: &str = r#"
+import time
+from nvitop import Device
+devices = Device.all()
+while True:
+    for d in devices:
+        d.gpu_utilization(); d.memory_used()
+        for p in d.processes().values():
+            p.gpu_sm_utilization(); p.gpu_memory(); p.cpu_percent(); p.host_memory()
+    time.sleep(1)
+"#;
+
+struct Measured {
+    tool: String,
+    load: String,
+    steady_ms_per_s: f64,
+    peak_rss_mib: f64,
+    /// (thread name, ms of CPU per second) of the threads that ran, busiest first.
+    threads: Vec<(String, f64)>,
+}
+
+/// On-CPU nanoseconds of each thread of `pid`, by thread id, with its name.
+fn thread_cpu_ns(pid: u32) -> std::collections::HashMap<String, (String, u64)> {
+    let mut out = std::collections::HashMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        let ns = std::fs::read_to_string(t.path().join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok());
+        let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if let Some(ns) = ns {
+            let tid = t.file_name().to_string_lossy().into_owned();
+            out.insert(tid, (name.trim().to_owned(), ns));
+        }
+    }
+    out
+}
+
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))?
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+fn measure(tool: &str, load: &str, mut cmd: Command, args: &Args) -> Result<Measured> {
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {tool}"))?;
+    let pid = child.id();
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_secs(args.warmup));
+    let (c0, t0) = (thread_cpu_ns(pid), Instant::now());
+    std::thread::sleep(Duration::from_secs(
+        args.seconds.saturating_sub(args.warmup),
+    ));
+    let (c1, t1) = (thread_cpu_ns(pid), Instant::now());
+    let secs = (t1 - t0).as_secs_f64();
+    // A thread that started in the window counts from 0.
+    let mut threads: Vec<(String, f64)> = c1
+        .iter()
+        .map(|(tid, (name, ns))| {
+            let before = c0.get(tid).map_or(0, |b| b.1);
+            (name.clone(), ns.saturating_sub(before) as f64 / 1e6 / secs)
+        })
+        .filter(|(_, ms)| *ms > 0.0)
+        .collect();
+    threads.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let rss = peak_rss_kib(pid);
+    if let Ok(Some(status)) = child.try_wait() {
+        let mut err = String::new();
+        if let Some(mut e) = child.stderr.take() {
+            use std::io::Read;
+            let _ = e.read_to_string(&mut err);
+        }
+        bail!(
+            "{tool} exited early ({status}) after {:?}: {err}",
+            started.elapsed()
+        );
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    Ok(Measured {
+        tool: tool.to_owned(),
+        load: load.to_owned(),
+        steady_ms_per_s: threads.iter().map(|t| t.1).sum(),
+        peak_rss_mib: rss as f64 / 1024.0,
+        threads,
+    })
+}
+
+/// The load: `procs` CUDA processes split over `groups` child cgroups.
+struct Load(Vec<Child>);
+
+impl Load {
+    fn start(procs: usize, groups: usize) -> Result<Self> {
+        let mut children = Vec::new();
+        let per = procs.div_ceil(groups);
+        let _ = std::fs::write("/sys/fs/cgroup/cgroup.subtree_control", "+cpu +memory");
+        for g in 0..groups {
+            let cg = format!("/sys/fs/cgroup/gpuwatch-bench-{g}");
+            std::fs::create_dir_all(&cg).with_context(|| format!("creating {cg}"))?;
+            let child = Command::new("sh")
+                .arg("-c")
+                .arg(format!(
+                    "echo $$ > {cg}/cgroup.procs && exec python3 tests/gpu/torch_job.py --procs {per} --seconds 600"
+                ))
+                .stdout(Stdio::piped())
+                .spawn()
+                .context("starting tests/gpu/torch_job.py")?;
+            children.push(child);
+        }
+        let mut load = Self(children);
+        load.wait_ready(per)?;
+        Ok(load)
+    }
+
+    /// Waits until each group's `per` workers say they are ready, then a little longer.
+    fn wait_ready(&mut self, per: usize) -> Result<()> {
+        use std::io::{BufRead, BufReader};
+        for c in &mut self.0 {
+            let out = c.stdout.take().context("the load's stdout")?;
+            let mut lines = BufReader::new(out).lines();
+            let mut ready = 0;
+            while ready < per {
+                match lines.next() {
+                    Some(Ok(l)) if l.contains("worker ready") => ready += 1,
+                    Some(Ok(_)) => {}
+                    _ => bail!("the GPU load ended before its workers were ready"),
+                }
+            }
+            // Keep draining, so the workers never block on a full pipe.
+            std::thread::spawn(move || lines.for_each(drop));
+        }
+        std::thread::sleep(Duration::from_secs(3));
+        Ok(())
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new("pkill").args(["-f", "torch_job.py"]).status();
+    }
+}
+
+fn nvitop_path(wheels: &Path) -> Result<Option<PathBuf>> {
+    let have = Command::new("python3")
+        .args(["-c", "import nvitop"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if have {
+        return Ok(None);
+    }
+    let target = std::env::temp_dir().join("gpuwatch-nvitop");
+    let mut cmd = Command::new("python3");
+    cmd.args([
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-index",
+        "--no-deps",
+        "--target",
+    ])
+    .arg(&target);
+    for w in std::fs::read_dir(wheels)
+        .with_context(|| format!("no nvitop here and no wheels in {}", wheels.display()))?
+        .flatten()
+    {
+        cmd.arg(w.path());
+    }
+    if !cmd.status().context("pip install nvitop")?.success() {
+        bail!("installing nvitop from {} failed", wheels.display());
+    }
+    Ok(Some(target))
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let nvitop_site = nvitop_path(&args.wheels)?;
+    let gpuwatch = |extra: &[&str]| {
+        let mut c = Command::new(&args.gpuwatch);
+        c.args([
+            "record",
+            "--interval",
+            "1s",
+            "-o",
+            "/dev/null",
+            "--no-docker",
+        ])
+        .args(extra);
+        c
+    };
+    let nvitop = || {
+        let mut c = Command::new("python3");
+        c.args(["-c", NVITOP_REFRESH]);
+        if let Some(site) = &nvitop_site {
+            c.env("PYTHONPATH", site);
+        }
+        c
+    };
+    let mut results = Vec::new();
+    for (load, groups) in [("one workload", 1), ("two workloads sharing", 2)] {
+        let _load = Load::start(args.procs, groups)?;
+        results.push(measure(
+            "gpuwatch record, eBPF on",
+            load,
+            gpuwatch(&[]),
+            &args,
+        )?);
+        results.push(measure("nvitop API refresh", load, nvitop(), &args)?);
+        if args.no_ebpf_too {
+            let m = measure(
+                "gpuwatch record, no eBPF",
+                load,
+                gpuwatch(&["--no-ebpf"]),
+                &args,
+            )?;
+            results.push(m);
+        }
+    }
+    println!(
+        "{:<24} {:<26} {:>18} {:>14}",
+        "load", "tool", "steady ms CPU / s", "peak RSS MiB"
+    );
+    for r in &results {
+        println!(
+            "{:<24} {:<26} {:>18.3} {:>14.1}",
+            r.load, r.tool, r.steady_ms_per_s, r.peak_rss_mib
+        );
+    }
+    for load in ["one workload", "two workloads sharing"] {
+        let of = |tool: &str| {
+            results
+                .iter()
+                .find(|r| r.load == load && r.tool.starts_with(tool))
+        };
+        if let (Some(g), Some(n)) = (of("gpuwatch record, eBPF on"), of("nvitop")) {
+            println!(
+                "{load}: gpuwatch / nvitop = {:.2} (CPU), {:.2} (peak RSS)",
+                g.steady_ms_per_s / n.steady_ms_per_s,
+                g.peak_rss_mib / n.peak_rss_mib
+            );
+        }
+    }
+    println!("per thread (ms CPU / s):");
+    for r in &results {
+        let top: Vec<String> = r
+            .threads
+            .iter()
+            .take(6)
+            .map(|(n, ms)| format!("{n} {ms:.3}"))
+            .collect();
+        println!("  {} / {}: {}", r.load, r.tool, top.join(", "));
+    }
+    Ok(())
+}
