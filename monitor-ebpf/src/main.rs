@@ -26,10 +26,10 @@ use aya_ebpf::{
     EbpfContext,
 };
 use monitor_common::{
-    cpu_current, latency_bucket, probe_stat, thread_state, CpuCurrent, IoStats, PendingReads,
-    task_thread, PendingTimes, RequestKey, RequestStart, TaskKey, TaskTimes, ThreadState, FLUSH_PENDING_NS,
-    FLUSH_PENDING_READS, FLUSH_PENDING_SWITCHES, REQUEST_MAP_ENTRIES, TASK_EXITING,
-    TASK_MAP_ENTRIES, TASK_REPORT_MASK, TASK_UNINTERRUPTIBLE, THREAD_MAP_ENTRIES,
+    cpu_current, latency_bucket, probe_stat, task_thread, thread_state, CpuCurrent, IoStats,
+    PendingReads, PendingTimes, RequestKey, RequestStart, TaskKey, TaskTimes, ThreadState,
+    FLUSH_PENDING_NS, FLUSH_PENDING_READS, FLUSH_PENDING_SWITCHES, REQUEST_MAP_ENTRIES,
+    TASK_EXITING, TASK_MAP_ENTRIES, TASK_REPORT_MASK, TASK_UNINTERRUPTIBLE, THREAD_MAP_ENTRIES,
     WATCHED_CGROUP_ENTRIES,
 };
 

@@ -81,7 +81,8 @@ impl Agent {
             if now >= until {
                 return true;
             }
-            std::thread::sleep((until - now).min(Duration::from_millis(100)));
+            // A signal sets `stop` without waking the sleep: look every 250 ms.
+            std::thread::sleep((until - now).min(Duration::from_millis(250)));
         }
     }
 }

@@ -29,32 +29,37 @@ pub fn run_rounds<E>(
     let hostname = snaps
         .first()
         .map_or_else(String::new, |s| s.host.hostname.clone());
-    let notifier = Notifier::start(&config.notify, &hostname, agent.events.clone());
+    let events = agent.events.clone();
+    let notifier = Notifier::start(&config.notify, &hostname, events.clone());
     let mut engine = AlertEngine::new(&config.alerts);
+    // One completed snapshot: the rules, the notifications, then the caller.
+    let mut handle = |snap: Snapshot| -> Result<(), E> {
+        let round = engine.evaluate(&snap);
+        for a in &round.notify {
+            notifier.send(a);
+        }
+        for a in &round.rate_limited {
+            events.emit(
+                InternalEvent::NotificationRateLimited,
+                format_args!("{} {:?} held back by the rate limit", a.key, a.state),
+            );
+        }
+        // The snapshot is the caller's now (to print, or to publish without a copy).
+        each(snap, &round, &engine)
+    };
     let mut next = started + interval;
-    let result = 'rounds: loop {
-        for snap in snaps {
-            let round = engine.evaluate(&snap);
-            for a in &round.notify {
-                notifier.send(a);
-            }
-            for a in &round.rate_limited {
-                agent.events.emit(
-                    InternalEvent::NotificationRateLimited,
-                    format_args!("{} {:?} held back by the rate limit", a.key, a.state),
-                );
-            }
-            // The snapshot is the caller's now (to print, or to publish without a copy).
-            if let Err(e) = each(snap, &round, &engine) {
-                break 'rounds Err(e);
-            }
+    let result = loop {
+        if let Err(e) = snaps.into_iter().try_for_each(&mut handle) {
+            break Err(e);
         }
         if duration.is_some_and(|d| started.elapsed() >= d) || !agent.wait_until(next, stop) {
-            break Ok(());
+            // The rounds still waiting for their GPU series go through the rules too.
+            break agent.sampler.flush().into_iter().try_for_each(&mut handle);
         }
         next += interval;
         snaps = agent.sampler.round();
     };
+    drop(handle);
     notifier.shutdown(NOTIFY_DRAIN);
     result
 }

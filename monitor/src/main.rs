@@ -388,12 +388,10 @@ fn snapshot(args: &SnapshotArgs, config: &Config) -> Result<()> {
     tracing::info!("baseline round taken; the window runs {:?}", args.window);
     let never = std::sync::atomic::AtomicBool::new(false);
     agent.wait_until(std::time::Instant::now() + args.window, &never);
-    agent.sampler.round();
-    let snap = agent
-        .sampler
-        .flush()
-        .pop()
-        .context("the sampler returned no round")?;
+    // The window's round: complete at once without a GPU series, else once flushed.
+    let mut rounds = agent.sampler.round();
+    rounds.extend(agent.sampler.flush());
+    let snap = rounds.pop().context("the sampler returned no round")?;
     let mut stdout = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut stdout, &snap).context("writing JSON")?;

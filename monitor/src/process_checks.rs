@@ -111,7 +111,13 @@ impl ProcessChecks {
         let mut due: Vec<u32> = every_round.to_vec();
         if !others.is_empty() {
             let start = self.cursor % others.len();
-            due.extend(others.iter().cycle().skip(start).take(slice.min(others.len())));
+            due.extend(
+                others
+                    .iter()
+                    .cycle()
+                    .skip(start)
+                    .take(slice.min(others.len())),
+            );
             self.cursor = start + slice;
         }
         let mut out = HashMap::with_capacity(due.len());
@@ -162,7 +168,9 @@ mod tests {
         std::fs::create_dir_all(&d).unwrap();
         std::fs::write(
             d.join("stat"),
-            format!("{pid} (py (x) y) {state} 1 1 1 0 -1 0 0 0 0 0 {utime} 3 0 0 20 0 1 0 777 0 0\n"),
+            format!(
+                "{pid} (py (x) y) {state} 1 1 1 0 -1 0 0 0 0 0 {utime} 3 0 0 20 0 1 0 777 0 0\n"
+            ),
         )
         .unwrap();
     }
@@ -188,7 +196,10 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let mut c = ProcessChecks::new(root.path());
         write_stat(root.path(), 5, 'D', 10);
-        assert!(!c.observe(&[5], &[])[&5].stuck, "one D reading is not stuck");
+        assert!(
+            !c.observe(&[5], &[])[&5].stuck,
+            "one D reading is not stuck"
+        );
         let o = c.observe(&[5], &[])[&5];
         assert!(o.stuck);
         assert_eq!(o.cpu_seconds, Some(0.0));

@@ -153,7 +153,10 @@ pub enum SplitMethod {
 impl SplitMethod {
     /// True when the division is exact (one workload had the GPU to itself).
     pub fn is_exact(self) -> bool {
-        matches!(self, Self::SoleHolder | Self::SoleActiveHolder | Self::NoProcesses)
+        matches!(
+            self,
+            Self::SoleHolder | Self::SoleActiveHolder | Self::NoProcesses
+        )
     }
 }
 

@@ -258,8 +258,10 @@ impl View {
                 ],
             )
             .header(
-                Row::new(["GPU", "NAME", "BUSY", "SM", "MEMORY", "TEMP°C", "POWER", "PROCS"])
-                    .style(bold),
+                Row::new([
+                    "GPU", "NAME", "BUSY", "SM", "MEMORY", "TEMP°C", "POWER", "PROCS",
+                ])
+                .style(bold),
             )
             .block(Block::default().borders(Borders::ALL).title(" GPUs ")),
             gpus,

@@ -114,7 +114,10 @@ pub fn rows(s: &Snapshot) -> String {
             r.set("busy_source", serde_label(&b.source));
             r.set("busy_split", serde_label(&b.split));
         }
-        r.set_opt("sm_activity_percent", g.sm_activity.and_then(|a| a.sm_percent));
+        r.set_opt(
+            "sm_activity_percent",
+            g.sm_activity.and_then(|a| a.sm_percent),
+        );
         r.set_opt(
             "tensor_activity_percent",
             g.sm_activity.and_then(|a| a.tensor_percent),

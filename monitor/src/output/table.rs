@@ -85,8 +85,8 @@ pub fn render_snapshot(s: &Snapshot) -> String {
     if s.sources.nvml.up {
         out.push_str(&render(
             &[
-                "GPU", "NAME", "BUSY%", "SM%", "MEM GiB", "TEMP°C", "POWER W", "SM MHz",
-                "PROCS", "THROTTLE",
+                "GPU", "NAME", "BUSY%", "SM%", "MEM GiB", "TEMP°C", "POWER W", "SM MHz", "PROCS",
+                "THROTTLE",
             ],
             &gpu_rows,
         ));

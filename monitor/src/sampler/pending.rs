@@ -9,7 +9,7 @@ use crate::analysis::{self, VerdictConfig};
 use crate::busy_split::{self, Holder};
 use crate::cgroup::WorkloadId;
 use crate::health::headroom::{self, HeadroomConfig};
-use crate::snapshot::{BusySource, Gpu, GpuBusy, SourceState, Snapshot, SplitMethod, Workload};
+use crate::snapshot::{BusySource, Gpu, GpuBusy, Snapshot, SourceState, SplitMethod, Workload};
 use crate::sources::gpu::{DeviceFetch, GpuSource, ProcessSplit, SmActivity};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Instant;
@@ -64,7 +64,12 @@ fn overlap(a: u64, b: u64, s: u64, e: u64) -> u64 {
 }
 
 /// The span that overlaps the window most.
-fn best_span<T>(spans: Option<&VecDeque<T>>, a: u64, b: u64, span: impl Fn(&T) -> (u64, u64)) -> Option<&T> {
+fn best_span<T>(
+    spans: Option<&VecDeque<T>>,
+    a: u64,
+    b: u64,
+    span: impl Fn(&T) -> (u64, u64),
+) -> Option<&T> {
     spans?
         .iter()
         .map(|t| {
@@ -118,7 +123,9 @@ impl Completion<'_> {
     ) {
         let i = g.device.index;
         if let Some(errors) = self.fetched.errors.get(&i) {
-            g.device.errors.extend(errors.iter().map(|(k, v)| (*k, v.clone())));
+            g.device
+                .errors
+                .extend(errors.iter().map(|(k, v)| (*k, v.clone())));
         }
         let (a_ms, b_ms) = (a / 1000, b / 1000);
         g.sm_activity = best_span(self.fetched.sm_activity.get(&i), a_ms, b_ms, |s| {
@@ -129,7 +136,9 @@ impl Completion<'_> {
         let Some((fraction, coverage, source)) = self.busy(g, a, b) else {
             return;
         };
-        let split = best_span(self.fetched.splits.get(&i), a, b, |s| (s.start_us, s.end_us));
+        let split = best_span(self.fetched.splits.get(&i), a, b, |s| {
+            (s.start_us, s.end_us)
+        });
         for p in &mut g.processes {
             p.driver_sm_percent = split.and_then(|s| {
                 s.processes
@@ -193,10 +202,7 @@ impl Completion<'_> {
         {
             return Some((w.fraction, Some(w.coverage), BusySource::UtilizationSamples));
         }
-        if let Some((s, engine)) = g
-            .sm_activity
-            .and_then(|s| Some((s, s.engine_percent?)))
-        {
+        if let Some((s, engine)) = g.sm_activity.and_then(|s| Some((s, s.engine_percent?))) {
             let covered = overlap(a / 1000, b / 1000, s.start_unix_ms, s.end_unix_ms);
             let coverage = covered as f64 * 1000.0 / (b - a) as f64;
             return Some((engine / 100.0, Some(coverage), BusySource::GpmEngine));
@@ -216,8 +222,14 @@ fn sm_while_busy(a: &SmActivity) -> Option<f64> {
 
 /// The workload's busy share: the mean over its GPUs whose share is known.
 fn finish_workload_busy(w: &mut Workload) {
-    let known: Vec<f64> = w.gpu.per_gpu.iter().filter_map(|s| s.busy_fraction).collect();
-    w.gpu.busy_fraction = (!known.is_empty()).then(|| known.iter().sum::<f64>() / known.len() as f64);
+    let known: Vec<f64> = w
+        .gpu
+        .per_gpu
+        .iter()
+        .filter_map(|s| s.busy_fraction)
+        .collect();
+    w.gpu.busy_fraction =
+        (!known.is_empty()).then(|| known.iter().sum::<f64>() / known.len() as f64);
 }
 
 #[cfg(test)]

@@ -14,7 +14,8 @@ use nvml_wrapper::error::{nvml_sym, NvmlError};
 use nvml_wrapper::Nvml;
 use nvml_wrapper_sys::bindings::{
     nvmlDevice_t, nvmlGpmMetricId_t, nvmlGpmMetricId_t_NVML_GPM_METRIC_ANY_TENSOR_UTIL,
-    nvmlGpmMetricId_t_NVML_GPM_METRIC_DRAM_BW_UTIL, nvmlGpmMetricId_t_NVML_GPM_METRIC_GRAPHICS_UTIL,
+    nvmlGpmMetricId_t_NVML_GPM_METRIC_DRAM_BW_UTIL,
+    nvmlGpmMetricId_t_NVML_GPM_METRIC_GRAPHICS_UTIL,
     nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_OCCUPANCY, nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_UTIL,
     nvmlGpmMetricsGet_t, nvmlGpmSample_t, nvmlGpmSupport_t, nvmlReturn_enum_NVML_SUCCESS,
     NVML_GPM_METRICS_GET_VERSION, NVML_GPM_SUPPORT_VERSION,

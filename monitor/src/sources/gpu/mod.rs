@@ -14,11 +14,9 @@ mod raw;
 pub mod series;
 pub mod xid;
 
-pub use gpm::SmActivity;
-use gpm::Gpm;
-use series::{UtilSeries, WindowBusy};
-use xid::XidWatch;
 use crate::events::{EventCounters, InternalEvent};
+use gpm::Gpm;
+pub use gpm::SmActivity;
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError, TemperatureSensor};
 use nvml_wrapper::error::NvmlError;
@@ -27,9 +25,11 @@ use nvml_wrapper_sys::bindings::{
     nvmlDevice_t, nvmlProcessInfo_t, nvmlProcessUtilizationSample_t, nvmlSample_t,
 };
 use serde::Serialize;
+use series::{UtilSeries, WindowBusy};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use xid::XidWatch;
 
 /// Configuration of the GPU source.
 #[derive(Clone, Debug, Default)]
@@ -150,8 +150,8 @@ struct DeviceCursor {
     slow: SlowFields,
 }
 
-/// Slow-changing fields (ECC counts, persistence mode) are read once every this many rounds, not
-/// every round: each call costs tens of microseconds on a real GPU.
+/// Slow-changing fields (ECC counts, persistence mode, the power limit) are read once every this
+/// many rounds, not every round: each call costs tens of microseconds on a real GPU.
 pub const SLOW_FIELDS_EVERY: u32 = 30;
 
 #[derive(Debug, Default)]
@@ -159,6 +159,8 @@ struct SlowFields {
     rounds_left: u32,
     ecc_uncorrected_volatile: Option<u64>,
     persistence_mode: Option<bool>,
+    /// Changes only when an operator sets it (`nvidia-smi -pl`).
+    power_limit_watts: Option<f64>,
 }
 
 /// The open NVML library and a cursor per GPU.
@@ -508,9 +510,7 @@ fn read_device(nvml: &Nvml, cursor: &mut DeviceCursor, events: &EventCounters) -
     rec.reading.power_watts = rec
         .take("power", device.power_usage())
         .map(|mw| f64::from(mw) / 1000.0);
-    rec.reading.power_limit_watts = rec
-        .take("power_limit", device.enforced_power_limit())
-        .map(|mw| f64::from(mw) / 1000.0);
+
     rec.reading.sm_clock_mhz = rec.take("sm_clock", device.clock_info(Clock::SM));
     if let Some(r) = rec.take("clocks_event_reasons", device.current_throttle_reasons()) {
         rec.reading.clocks_event_reasons = reason_names(r);
@@ -522,10 +522,14 @@ fn read_device(nvml: &Nvml, cursor: &mut DeviceCursor, events: &EventCounters) -
             device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile),
         );
         cursor.slow.persistence_mode = rec.take("persistence_mode", device.is_in_persistent_mode());
+        cursor.slow.power_limit_watts = rec
+            .take("power_limit", device.enforced_power_limit())
+            .map(|mw| f64::from(mw) / 1000.0);
     }
     cursor.slow.rounds_left -= 1;
     rec.reading.ecc_uncorrected_volatile = cursor.slow.ecc_uncorrected_volatile;
     rec.reading.persistence_mode = cursor.slow.persistence_mode;
+    rec.reading.power_limit_watts = cursor.slow.power_limit_watts;
 
     // SAFETY: the handle belongs to `nvml`, which outlives this call.
     let handle = unsafe { device.handle() };
@@ -542,10 +546,8 @@ fn read_device(nvml: &Nvml, cursor: &mut DeviceCursor, events: &EventCounters) -
         &mut cursor.graphics,
     );
     let n_graphics = rec.take("graphics_processes", graphics).unwrap_or(0);
-    rec.reading.processes = merge_processes(
-        &cursor.compute[..n_compute],
-        &cursor.graphics[..n_graphics],
-    );
+    rec.reading.processes =
+        merge_processes(&cursor.compute[..n_compute], &cursor.graphics[..n_graphics]);
     reading
 }
 
@@ -629,7 +631,10 @@ mod tests {
         assert_eq!(out.len(), 3);
         assert_eq!(out[0].kind, ProcessKind::ComputeAndGraphics);
         assert_eq!(out[0].used_memory_bytes, Some(120));
-        assert_eq!(out[1].used_memory_bytes, None, "not available is unknown, not 0");
+        assert_eq!(
+            out[1].used_memory_bytes, None,
+            "not available is unknown, not 0"
+        );
         assert_eq!(out[2].kind, ProcessKind::Graphics);
     }
 }

@@ -4,8 +4,9 @@ use nvml_wrapper::error::{nvml_sym, NvmlError};
 use nvml_wrapper_sys::bindings::{
     nvmlDevice_t, nvmlProcessInfo_t, nvmlProcessUtilizationSample_t,
     nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE, nvmlReturn_enum_NVML_ERROR_NOT_FOUND,
-    nvmlReturn_enum_NVML_SUCCESS, nvmlReturn_t, nvmlSample_t, nvmlSamplingType_t,
-    nvmlSamplingType_enum_NVML_GPU_UTILIZATION_SAMPLES, nvmlValueType_t, nvmlValue_t,
+    nvmlReturn_enum_NVML_SUCCESS, nvmlReturn_t, nvmlSample_t,
+    nvmlSamplingType_enum_NVML_GPU_UTILIZATION_SAMPLES, nvmlSamplingType_t, nvmlValueType_t,
+    nvmlValue_t,
 };
 use std::os::raw::{c_uint, c_ulonglong};
 

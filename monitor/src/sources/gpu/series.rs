@@ -145,7 +145,10 @@ mod tests {
         assert!((w.fraction - 0.8).abs() < 1e-9);
         assert!((w.coverage - 0.8).abs() < 1e-9);
         assert_eq!(s.covered_through(), Some(T0 + 4 * P));
-        assert!(s.busy(T0 + 5 * P, T0 + 9 * P).is_none(), "beyond the series");
+        assert!(
+            s.busy(T0 + 5 * P, T0 + 9 * P).is_none(),
+            "beyond the series"
+        );
         // A hole (samples lost to the driver's short history) is not covered.
         let mut s = series(&[100, 100]);
         s.extend([(T0 + 20 * P, 100)]);
