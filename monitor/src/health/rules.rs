@@ -791,7 +791,7 @@ pub(crate) fn ghost_outcome(
              reset the GPU (`nvidia-smi -r`) once it is idle.",
         );
     }
-    if p.state == Some('D') {
+    if p.stuck {
         return breached(
             mib,
             format!(
@@ -851,7 +851,12 @@ mod tests {
         g.processes.push(process(11, Some(&orphan), 2 << 30));
         let mut stuck = process(12, Some(&live.id), 3 << 30);
         stuck.state = Some('D');
+        stuck.stuck = true;
         g.processes.push(stuck);
+        // In D at one check only, or with CPU time between two: busy with I/O, not stuck.
+        let mut reading = process(13, Some(&live.id), 1 << 30);
+        reading.state = Some('D');
+        g.processes.push(reading);
         let mut orphan_w = container("x");
         orphan_w.id = orphan.clone();
         orphan_w.container = None;
@@ -871,6 +876,7 @@ mod tests {
             panic!("{:?}", out[2]);
         };
         assert!(f.summary.contains("uninterruptible sleep"), "{}", f.summary);
+        assert_eq!(out[3], Outcome::Clear, "one D reading is not stuck");
         // With Docker down, an unknown container is no evidence of anything.
         let mut snap = snap;
         snap.sources.docker = crate::snapshot::SourceState::down("socket missing");

@@ -647,7 +647,11 @@ pub unsafe extern "C" fn nvmlGpmSampleGet(
     handle: nvmlDevice_t,
     sample: nvmlGpmSample_t,
 ) -> nvmlReturn_t {
-    let counters = driver_state(handle, |st| st.gpm);
+    let mut counters = driver_state(handle, |st| st.gpm);
+    if counters.ts_us == 0 {
+        // Before the driver thread's first reading: nothing integrated yet, as of now.
+        counters.ts_us = now_us();
+    }
     device("nvmlGpmSampleGet", handle, |d| {
         if sample.is_null() {
             return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
