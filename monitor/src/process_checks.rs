@@ -7,7 +7,7 @@
 //! whatever the number of processes (at 8 GPUs × 200 processes a round reads 54 files, not
 //! 1,600). A process is *stuck* when two checks find it in uninterruptible sleep (D) with no
 //! CPU time spent between them: it holds its GPU memory and does nothing.
-use std::collections::HashMap;
+use crate::attribution::{PidMap, PidSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -80,7 +80,7 @@ struct Last {
 
 pub struct ProcessChecks {
     proc_root: PathBuf,
-    last: HashMap<u32, Last>,
+    last: PidMap<Last>,
     round: u64,
     /// Where the rotation resumes in the next round's list of processes.
     cursor: usize,
@@ -95,7 +95,7 @@ impl ProcessChecks {
         let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
         Self {
             proc_root: proc_root.into(),
-            last: HashMap::new(),
+            last: PidMap::default(),
             round: 0,
             cursor: 0,
             ticks_per_second: if ticks > 0 { ticks as f64 } else { 100.0 },
@@ -105,7 +105,7 @@ impl ProcessChecks {
 
     /// Checks this round's processes: each of `every_round`, and a rotating slice of `others`.
     /// Processes in neither list are forgotten.
-    pub fn observe(&mut self, every_round: &[u32], others: &[u32]) -> HashMap<u32, Observed> {
+    pub fn observe(&mut self, every_round: &[u32], others: &[u32]) -> PidMap<Observed> {
         self.round += 1;
         let slice = (others.len().div_ceil(ROTATION_ROUNDS)).max(MIN_PER_ROUND);
         let mut due: Vec<u32> = every_round.to_vec();
@@ -120,7 +120,7 @@ impl ProcessChecks {
             );
             self.cursor = start + slice;
         }
-        let mut out = HashMap::with_capacity(due.len());
+        let mut out = PidMap::with_capacity_and_hasher(due.len(), Default::default());
         for pid in due {
             if out.contains_key(&pid) {
                 continue;
@@ -152,8 +152,7 @@ impl ProcessChecks {
             );
             out.insert(pid, observed);
         }
-        let live: std::collections::HashSet<u32> =
-            every_round.iter().chain(others).copied().collect();
+        let live: PidSet = every_round.iter().chain(others).copied().collect();
         self.last.retain(|pid, _| live.contains(pid));
         out
     }

@@ -167,7 +167,7 @@ pub struct GpuProcess {
     /// Start time in clock ticks after boot: with `pid`, the process's identity.
     pub start_time_ticks: Option<u64>,
     /// The command name.
-    pub command: Option<String>,
+    pub command: Option<std::sync::Arc<str>>,
     /// The workload this process belongs to; `None` if it could not be attributed.
     pub workload: Option<WorkloadId>,
     /// The process was gone when the agent looked it up (it exited during the round, or NVML
@@ -436,10 +436,10 @@ pub mod test_support {
     pub fn container(name: &str) -> Workload {
         let id = WorkloadId {
             kind: WorkloadKind::Docker,
-            id: format!("{name:0>64}"),
+            id: format!("{name:0>64}").into(),
         };
         let meta = ContainerMeta {
-            id: id.id.clone(),
+            id: id.id.to_string(),
             name: name.into(),
             image: "trainer:latest".into(),
             compose_project: None,

@@ -846,7 +846,7 @@ mod tests {
         // A Docker cgroup Docker does not know: the container is gone, its process is not.
         let orphan = crate::cgroup::WorkloadId {
             kind: WorkloadKind::Docker,
-            id: "f".repeat(64),
+            id: "f".repeat(64).into(),
         };
         g.processes.push(process(11, Some(&orphan), 2 << 30));
         let mut stuck = process(12, Some(&live.id), 3 << 30);

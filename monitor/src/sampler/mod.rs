@@ -13,7 +13,7 @@ mod stalls;
 pub use stalls::io_summary;
 
 use crate::analysis::VerdictConfig;
-use crate::attribution::{read_process, AttributionError, ProcessTable};
+use crate::attribution::{read_process, AttributionError, PidMap, PidSet, ProcessTable};
 use crate::cgroup::{CgroupLayout, CgroupMembership, WorkloadId, WorkloadKind};
 use crate::events::{EventCounters, InternalEvent};
 use crate::health::headroom::HeadroomConfig;
@@ -91,7 +91,7 @@ pub struct Sampler {
     /// The previous round's workloads, to report one that stops with its partial window.
     last_workloads: BTreeMap<WorkloadId, Workload>,
     /// The previous round's GPU processes and their workloads, to attribute one that exits.
-    last_pid_workload: HashMap<u32, WorkloadId>,
+    last_pid_workload: PidMap<WorkloadId>,
     pending: VecDeque<PendingRound>,
     fetched: Fetched,
     series_interval: Duration,
@@ -158,7 +158,7 @@ impl Sampler {
             verdict: config.verdict,
             headroom: config.headroom,
             last_workloads: BTreeMap::new(),
-            last_pid_workload: HashMap::new(),
+            last_pid_workload: PidMap::default(),
             pending: VecDeque::new(),
             fetched: Fetched::default(),
             series_interval: config.series_interval,
@@ -211,9 +211,9 @@ impl Sampler {
         let Ok(g) = &mut self.gpu else { return };
         let mut shared: Vec<u32> = Vec::new();
         for p in &self.pending {
-            for gpu in &p.snapshot.gpus {
-                if is_shared(gpu) && !shared.contains(&gpu.device.index) {
-                    shared.push(gpu.device.index);
+            for i in &p.shared_gpus {
+                if !shared.contains(i) {
+                    shared.push(*i);
                 }
             }
         }
@@ -285,19 +285,26 @@ impl Sampler {
             Err(_) => (Vec::new(), None),
         };
         let mut gpus = self.attribute(readings);
-        self.check_processes(&mut gpus);
+        let shared_gpus: Vec<u32> = gpus
+            .iter()
+            .filter(|g| is_shared(g))
+            .map(|g| g.device.index)
+            .collect();
+        self.check_processes(&mut gpus, &shared_gpus);
         let docker_state = self.docker_state();
         let window = window_seconds.filter(|w| *w > 0.0);
         let mut workloads = self.workloads(&docker_state);
-        let mut gpu_pids: HashSet<u32> = HashSet::new();
+        let mut gpu_pids = PidSet::default();
         for gpu in &gpus {
             for p in &gpu.processes {
                 let Some(id) = &p.workload else { continue };
                 gpu_pids.insert(p.reading.pid);
-                let w = workloads
-                    .entry(id.clone())
-                    .or_insert_with(|| new_workload(id.clone(), None));
-                add_gpu_share(&mut w.gpu, gpu, p);
+                if !workloads.contains_key(id) {
+                    workloads.insert(id.clone(), new_workload(id.clone(), None));
+                }
+                if let Some(w) = workloads.get_mut(id) {
+                    add_gpu_share(&mut w.gpu, gpu, p);
+                }
             }
         }
         let probe_ok = self.read_counters(&mut workloads, window, &gpu_pids);
@@ -342,6 +349,7 @@ impl Sampler {
             },
             window_us,
             taken: started,
+            shared_gpus,
         }
     }
 
@@ -351,10 +359,12 @@ impl Sampler {
         let mut gpus = Vec::with_capacity(readings.len());
         let mut new_memberships: Vec<(WorkloadId, CgroupMembership)> = Vec::new();
         for mut device in readings {
-            let processes = std::mem::take(&mut device.processes)
-                .into_iter()
-                .map(|reading| self.attribute_process(reading, device.index, &mut new_memberships))
-                .collect();
+            let mut processes: Vec<GpuProcess> = Vec::with_capacity(device.processes.len());
+            for reading in std::mem::take(&mut device.processes) {
+                let known = processes.last().and_then(|p| p.workload.as_ref());
+                let p = self.attribute_process(reading, device.index, known, &mut new_memberships);
+                processes.push(p);
+            }
             gpus.push(Gpu {
                 device,
                 busy: None,
@@ -376,10 +386,13 @@ impl Sampler {
         gpus
     }
 
+    /// One process attributed. `known`: a workload already looked up this round (the previous
+    /// process's: a job's processes come together), whose cgroup needs no new lookup.
     fn attribute_process(
         &mut self,
         reading: crate::sources::gpu::ProcessReading,
         gpu_index: u32,
+        known: Option<&WorkloadId>,
         new_memberships: &mut Vec<(WorkloadId, CgroupMembership)>,
     ) -> GpuProcess {
         let pid = reading.pid;
@@ -397,7 +410,7 @@ impl Sampler {
         };
         match self.processes.resolve(pid) {
             Ok(info) => {
-                if !self.cgroups.contains_key(&info.workload) {
+                if known != Some(&info.workload) && !self.cgroups.contains_key(&info.workload) {
                     new_memberships.push((info.workload.clone(), info.membership.clone()));
                 }
                 let mut p = blank(reading, Some(info.workload.clone()), false);
@@ -426,11 +439,12 @@ impl Sampler {
 
     /// State, stuck-ness and host CPU of the GPU processes: every round on shared GPUs (the
     /// split's evidence), in rotation on the others (the ghost rule's).
-    fn check_processes(&mut self, gpus: &mut [Gpu]) {
-        let mut every: Vec<u32> = Vec::new();
-        let mut others: Vec<u32> = Vec::new();
+    fn check_processes(&mut self, gpus: &mut [Gpu], shared: &[u32]) {
+        // Each PID once, however many GPUs it holds (a DDP rank holds them all).
+        let mut every = PidSet::default();
+        let mut others = PidSet::default();
         for g in gpus.iter() {
-            let list = if is_shared(g) {
+            let list = if shared.contains(&g.device.index) {
                 &mut every
             } else {
                 &mut others
@@ -442,7 +456,10 @@ impl Sampler {
                     .map(|p| p.reading.pid),
             );
         }
-        others.retain(|p| !every.contains(p));
+        let every: Vec<u32> = every.into_iter().collect();
+        let mut others: Vec<u32> = others.into_iter().filter(|p| !every.contains(p)).collect();
+        // A stable order, so the rotation goes round the same list.
+        others.sort_unstable();
         let observed = self.checks.observe(&every, &others);
         for g in gpus.iter_mut() {
             for p in &mut g.processes {
@@ -486,7 +503,7 @@ impl Sampler {
         for c in &containers {
             let id = WorkloadId {
                 kind: WorkloadKind::Docker,
-                id: c.id.clone(),
+                id: c.id.as_str().into(),
             };
             if !self.cgroups.contains_key(&id) {
                 if let Some(pid) = c.init_pid {
@@ -542,7 +559,7 @@ impl Sampler {
         &mut self,
         workloads: &mut BTreeMap<WorkloadId, Workload>,
         window: Option<f64>,
-        gpu_pids: &HashSet<u32>,
+        gpu_pids: &PidSet,
     ) -> bool {
         let ids: HashSet<u64> = workloads
             .keys()
@@ -637,7 +654,7 @@ fn new_workload(id: WorkloadId, container: Option<&Arc<ContainerInfo>>) -> Workl
     let name = match (container, id.kind) {
         (Some(c), _) => c.name.clone(),
         (None, WorkloadKind::Docker | WorkloadKind::Podman) => id.id.chars().take(12).collect(),
-        (None, _) => id.id.clone(),
+        (None, _) => id.id.to_string(),
     };
     let meta = container.map(|c| ContainerMeta::from(c.as_ref()));
     Workload::new(id, name, meta)

@@ -20,6 +20,8 @@ pub struct PendingRound {
     /// The round's window, µs since the epoch; `None` for the first round.
     pub window_us: Option<(u64, u64)>,
     pub taken: Instant,
+    /// The GPUs several workloads held in this round (their split needs the driver's figures).
+    pub shared_gpus: Vec<u32>,
 }
 
 /// Spans of GPM and per-process figures kept per GPU: enough to cover every pending round.

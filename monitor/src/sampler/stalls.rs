@@ -123,7 +123,7 @@ impl Stalls {
     pub fn window(
         &self,
         cgroup_id: u64,
-        gpu_pids: &HashSet<u32>,
+        gpu_pids: &crate::attribution::PidSet,
         events: &EventCounters,
     ) -> Option<StallWindow> {
         let previous = self.previous.as_ref()?;

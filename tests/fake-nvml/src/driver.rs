@@ -36,6 +36,10 @@ pub struct DeviceState {
     pub gpm: GpmCounters,
     /// A recorded series being played back: its file, records, and when playback began.
     replay: Option<Replay>,
+    /// Whether each listed PID is alive, looked up once per period (not every 10 ms: at
+    /// thousands of processes that would be the fake's own load, and the driver has no such
+    /// cost).
+    alive: HashMap<u32, bool>,
 }
 
 struct Replay {
@@ -100,11 +104,12 @@ pub fn with_device<T>(index: usize, history: usize, f: impl FnOnce(&DeviceState)
     f(&devices[index])
 }
 
-/// A process's current SM share (percent), 0 when it is dead.
+fn is_alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// A live process's current SM share (percent).
 fn current(p: &Process) -> u32 {
-    if !std::path::Path::new(&format!("/proc/{}", p.pid)).exists() {
-        return 0;
-    }
     match &p.sm_util_file {
         Some(file) => std::fs::read_to_string(file)
             .ok()
@@ -139,7 +144,21 @@ fn poll_device(state: &mut DeviceState, d: &Device, now: u64) {
         Some(r) => Some(r.at(now)),
         None => d.utilization_gpu,
     };
-    let readings: Vec<(&Process, u32)> = d.processes.iter().map(|p| (p, current(p))).collect();
+    let period = d.sample_period_ms.max(1) * 1000;
+    let boundary = now - now % period;
+    if boundary > state.period_end_us || state.alive.len() != d.processes.len() {
+        state.alive = d
+            .processes
+            .iter()
+            .map(|p| (p.pid, is_alive(p.pid)))
+            .collect();
+    }
+    let alive = |pid: u32| state.alive.get(&pid).copied().unwrap_or(false);
+    let readings: Vec<(&Process, u32)> = d
+        .processes
+        .iter()
+        .map(|p| (p, if alive(p.pid) { current(p) } else { 0 }))
+        .collect();
     for (p, sm) in &readings {
         let e = state.open.entry(p.pid).or_default();
         e.0 += u64::from(*sm);
@@ -147,15 +166,13 @@ fn poll_device(state: &mut DeviceState, d: &Device, now: u64) {
         e.2 += 1;
     }
     add_gpm(&mut state.gpm, fixed, &readings, now);
-    let period = d.sample_period_ms.max(1) * 1000;
-    let boundary = now - now % period;
     if state.period_end_us == 0 {
         state.period_end_us = boundary;
     } else if boundary > state.period_end_us {
         let activity: Vec<(u32, u32, u32)> = d
             .processes
             .iter()
-            .filter(|p| std::path::Path::new(&format!("/proc/{}", p.pid)).exists())
+            .filter(|p| state.alive.get(&p.pid).copied().unwrap_or(false))
             .map(|p| {
                 let (sm, mem, n) = state.open.get(&p.pid).copied().unwrap_or_default();
                 let n = n.max(1);
@@ -211,6 +228,7 @@ mod tests {
         };
         let mut g = GpmCounters::default();
         let r: Vec<(&Process, u32)> = d.processes.iter().map(|p| (p, current(p))).collect();
+        assert!(is_alive(me));
         add_gpm(&mut g, d.utilization_gpu, &r, 1_000_000);
         add_gpm(&mut g, d.utilization_gpu, &r, 1_010_000);
         // 10 ms, engine capped at 100 %, each process half of it at 96 % SM activity

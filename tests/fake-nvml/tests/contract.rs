@@ -63,7 +63,10 @@ fn the_fake_answers_like_the_measured_driver() {
         // credited process.
         let mut count = 0u32;
         let r = nvmlDeviceGetProcessUtilization(handle(0), std::ptr::null_mut(), &mut count, 0);
-        assert_eq!((r, count), (nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE, 72));
+        assert_eq!(
+            (r, count),
+            (nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE, 72)
+        );
         let zero = nvmlProcessUtilizationSample_t {
             pid: 0,
             timeStamp: 0,
@@ -109,7 +112,11 @@ fn the_fake_answers_like_the_measured_driver() {
             nvmlDeviceGetUtilizationRates(handle(0), &mut util),
             nvmlReturn_enum_NVML_SUCCESS
         );
-        assert!(started.elapsed() < Duration::from_millis(300), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_millis(300),
+            "{:?}",
+            started.elapsed()
+        );
         assert_eq!(util.gpu, 60);
         assert_eq!(slow.join().unwrap(), nvmlReturn_enum_NVML_SUCCESS);
     }

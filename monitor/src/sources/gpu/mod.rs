@@ -579,7 +579,7 @@ fn reason_names(r: ThrottleReasons) -> Vec<&'static str> {
         .collect()
 }
 
-/// Joins the compute and graphics lists into one entry per PID.
+/// Joins the compute and graphics lists into one entry per PID (NVML lists a PID once per list).
 fn merge_processes(
     compute: &[nvmlProcessInfo_t],
     graphics: &[nvmlProcessInfo_t],
@@ -587,23 +587,28 @@ fn merge_processes(
     let memory =
         |p: &nvmlProcessInfo_t| (p.usedGpuMemory != VALUE_NOT_AVAILABLE).then_some(p.usedGpuMemory);
     let mut out: Vec<ProcessReading> = Vec::with_capacity(compute.len() + graphics.len());
-    for (list, kind) in [
-        (compute, ProcessKind::Compute),
-        (graphics, ProcessKind::Graphics),
-    ] {
-        for p in list {
-            if let Some(existing) = out.iter_mut().find(|e| e.pid == p.pid) {
-                if existing.kind != kind {
-                    existing.kind = ProcessKind::ComputeAndGraphics;
-                }
-                existing.used_memory_bytes = existing.used_memory_bytes.max(memory(p));
-                continue;
+    out.extend(compute.iter().map(|p| ProcessReading {
+        pid: p.pid,
+        kind: ProcessKind::Compute,
+        used_memory_bytes: memory(p),
+    }));
+    if graphics.is_empty() {
+        return out;
+    }
+    let index: std::collections::HashMap<u32, usize> =
+        out.iter().enumerate().map(|(i, p)| (p.pid, i)).collect();
+    for p in graphics {
+        match index.get(&p.pid) {
+            Some(&i) => {
+                let e = &mut out[i];
+                e.kind = ProcessKind::ComputeAndGraphics;
+                e.used_memory_bytes = e.used_memory_bytes.max(memory(p));
             }
-            out.push(ProcessReading {
+            None => out.push(ProcessReading {
                 pid: p.pid,
-                kind,
+                kind: ProcessKind::Graphics,
                 used_memory_bytes: memory(p),
-            });
+            }),
         }
     }
     out
