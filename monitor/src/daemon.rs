@@ -59,7 +59,6 @@ pub fn run_rounds<E>(
         next += interval;
         snaps = agent.sampler.round();
     };
-    drop(handle);
     notifier.shutdown(NOTIFY_DRAIN);
     result
 }

@@ -475,7 +475,6 @@ fn record(args: &RecordArgs, config: &Config) -> Result<()> {
     for snap in agent.sampler.flush() {
         write(&snap, &mut samples)?;
     }
-    drop(write);
     out.flush().with_context(|| format!("writing {name}"))?;
     if progress {
         eprintln!();

@@ -1,7 +1,8 @@
 //! `cargo xtask gpu-bundle`: packs into `.device/` what a GPU machine without cargo, Docker or a
 //! registry needs to run the checks in `tests/gpu/`:
 //!
-//! - `gpuwatch`, stripped (150 MB with debug info, 13 MB without);
+//! - `gpuwatch`, stripped (150 MB with debug info, 13 MB without), and the `sample_cost`
+//!   example (a round's CPU time, per NVML call with `--per-call`);
 //! - this `xtask`, stripped, for `xtask bench-vs-nvitop` there;
 //! - `docker.tar.xz`: Debian's docker.io, containerd, runc and tini binaries, stripped, with the
 //!   shared libraries dockerd and runc need that a stock GPU image lacks (`tests/gpu/docker_up.sh`
@@ -66,8 +67,20 @@ pub fn run_bundle() -> Result<()> {
     let root = workspace_root();
     let out = root.join(".device");
     std::fs::create_dir_all(&out)?;
-    cargo(&["build", "--release", "-p", "gpuwatch", "--bins"])?;
+    cargo(&[
+        "build",
+        "--release",
+        "-p",
+        "gpuwatch",
+        "--bins",
+        "--example",
+        "sample_cost",
+    ])?;
     strip_to(&root.join("target/release/gpuwatch"), &out.join("gpuwatch"))?;
+    strip_to(
+        &root.join("target/release/examples/sample_cost"),
+        &out.join("sample_cost"),
+    )?;
     let me = std::env::current_exe().context("locating the xtask binary")?;
     strip_to(&me, &out.join("xtask"))?;
     docker_bundle(&out.join("docker.tar.xz"))?;

@@ -155,7 +155,7 @@ impl Collector for SnapshotCollector {
         family(
             &mut enc,
             "gpuwatch_internal_events",
-            "The agent's own failures, by name (see the README's internal events).",
+            "The agent's own failures, by name (docs/snapshot-schema.md lists them).",
             None,
             Counter,
             s.internal_events

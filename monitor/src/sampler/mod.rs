@@ -218,7 +218,7 @@ impl Sampler {
             }
         }
         let started = Instant::now();
-        let fetches = g.fetch((now_unix_us() / 1000) as u64, &shared);
+        let fetches = g.fetch(now_unix_us() / 1000, &shared);
         if let Some(p) = self.pending.back_mut() {
             p.snapshot.series_fetch_seconds = Some(started.elapsed().as_secs_f64());
         }
