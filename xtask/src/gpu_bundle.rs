@@ -9,7 +9,7 @@
 //!   starts it);
 //! - `wheels/`: nvitop, for the side-by-side benchmark.
 use crate::{cargo, workspace_root};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use std::path::Path;
 use std::process::Command;
 
@@ -45,15 +45,10 @@ const DOCKER_BINS: [(&str, &str, &str); 8] = [
 ];
 const NVITOP: &str = "nvitop==1.7.2";
 
+/// Says what it does, then does it (failing with the command line).
 fn run(cmd: &mut Command, what: &str) -> Result<()> {
     eprintln!("[gpu-bundle] {what}");
-    let status = cmd
-        .status()
-        .with_context(|| format!("{what}: cannot start {cmd:?}"))?;
-    if !status.success() {
-        bail!("{what} failed ({status}): {cmd:?}");
-    }
-    Ok(())
+    crate::setup::run_cmd(cmd, what)
 }
 
 fn strip_to(from: &Path, to: &Path) -> Result<()> {

@@ -38,7 +38,7 @@ fn output(cmd: &str, args: &[&str]) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn run_cmd(cmd: &mut Command, what: &str) -> Result<()> {
+pub(crate) fn run_cmd(cmd: &mut Command, what: &str) -> Result<()> {
     let status = cmd
         .status()
         .with_context(|| format!("{what}: cannot start {cmd:?}"))?;

@@ -51,8 +51,13 @@ struct SnapshotCollector(Arc<Exported>);
 type Labels = Vec<(&'static str, String)>;
 
 /// A per-GPU gauge: name, help, unit, and how to read it from a device.
-/// A per-GPU figure of the completed round.
+/// A per-GPU figure of the completed round, 0–1.
 type GpuRatio = fn(&crate::snapshot::Gpu) -> Option<f64>;
+
+/// A percent as a ratio.
+fn ratio(percent: Option<f64>) -> Option<f64> {
+    percent.map(|p| p / 100.0)
+}
 
 type DeviceGauge = (
     &'static str,
@@ -277,27 +282,25 @@ impl Collector for SnapshotCollector {
             (
                 "gpuwatch_gpu_sm_activity",
                 "GPM: share of the SMs busy, averaged over the span holding the last window.",
-                |g| g.sm_activity.and_then(|a| a.sm_percent),
+                |g| ratio(g.sm_activity.and_then(|a| a.sm_percent)),
             ),
             (
                 "gpuwatch_gpu_sm_occupancy",
                 "GPM: share of the warp slots occupied, averaged over the span.",
-                |g| g.sm_activity.and_then(|a| a.sm_occupancy_percent),
+                |g| ratio(g.sm_activity.and_then(|a| a.sm_occupancy_percent)),
             ),
             (
                 "gpuwatch_gpu_tensor_activity",
                 "GPM: share of the time the tensor pipes worked, averaged over the span.",
-                |g| g.sm_activity.and_then(|a| a.tensor_percent),
+                |g| ratio(g.sm_activity.and_then(|a| a.tensor_percent)),
             ),
             (
                 "gpuwatch_gpu_dram_bandwidth",
                 "GPM: share of the DRAM bandwidth used, averaged over the span.",
-                |g| g.sm_activity.and_then(|a| a.dram_bandwidth_percent),
+                |g| ratio(g.sm_activity.and_then(|a| a.dram_bandwidth_percent)),
             ),
         ];
-        for (i, (name, help, get)) in activity.into_iter().enumerate() {
-            // The busy share is 0..1 already; GPM's figures are percent.
-            let scale = if i == 0 { 1.0 } else { 0.01 };
+        for (name, help, get) in activity {
             family(
                 &mut enc,
                 name,
@@ -306,7 +309,7 @@ impl Collector for SnapshotCollector {
                 Gauge,
                 s.gpus
                     .iter()
-                    .filter_map(|g| Some((gpu(&g.device), get(g)? * scale))),
+                    .filter_map(|g| Some((gpu(&g.device), get(g)?))),
             )?;
         }
         family(
