@@ -183,3 +183,46 @@ fn a_full_disk_is_a_clear_error_and_keeps_what_was_written() {
         "complete rows are intact"
     );
 }
+
+#[test]
+fn rounds_further_apart_than_a_fetch_keep_their_whole_window_covered() {
+    // Rounds 2.5 s apart, the series fetched at each: every window must still find its series
+    // from its own start, not from whatever the last fetch left.
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = write_scenario(dir.path(), std::process::id());
+    let out = dir.path().join("log.jsonl");
+    let status = record_cmd(
+        &scenario,
+        &[
+            "--no-docker",
+            "--no-ebpf",
+            "--interval",
+            "2500ms",
+            "--duration",
+            "6s",
+            "--format",
+            "jsonl",
+            "-o",
+        ],
+    )
+    .arg(&out)
+    .status()
+    .unwrap();
+    assert!(status.success());
+    let docs: Vec<serde_json::Value> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(docs.len() >= 2, "{} rounds", docs.len());
+    for d in &docs {
+        let busy = &d["gpus"][0]["busy"];
+        assert_eq!(busy["source"], "utilization_samples", "{busy:#}");
+        assert!(busy["coverage"].as_f64().unwrap() > 0.95, "{busy:#}");
+        assert!(
+            (busy["fraction"].as_f64().unwrap() - 0.6).abs() < 0.01,
+            "{busy:#}"
+        );
+    }
+}

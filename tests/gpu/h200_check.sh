@@ -37,7 +37,7 @@ for p in snap["gpus"][0]["processes"]:
     s = smi.get(p["pid"])
     d = abs(g - s) / s * 100 if s else float("nan")
     worst = max(worst, d)
-    print(f"pid {p['pid']:>8} {p['command'] or '?':<10} workload {p['workload']}: gpuwatch {g:.0f} MiB, nvidia-smi {s} MiB, diff {d:.3f}% sm {p['sm_util_percent']} ({p['samples']} samples)")
+    print(f"pid {p['pid']:>8} {p['command'] or '?':<10} workload {p['workload']}: gpuwatch {g:.0f} MiB, nvidia-smi {s} MiB, diff {d:.3f}% state {p['state']}")
 print(f"worst diff {worst:.3f}%")
 for w in snap["workloads"]:
     print("workload", w["id"], "gpu MiB", w["gpu"]["memory_bytes"] / 2**20, "cpu", w["cpu"], "errors", w["errors"])

@@ -259,12 +259,14 @@ impl Sampler {
             .complete(p);
             out.push(done);
         }
-        if let (Ok(g), Some(oldest)) = (&mut self.gpu, self.pending.front()) {
-            if let Some((start, _)) = oldest.window_us {
-                g.forget_before(start);
-            }
-        } else if let (Ok(g), None) = (&mut self.gpu, self.pending.front()) {
-            g.forget_before(now_unix_us().saturating_sub(2_000_000));
+        // Keep the series back to where the oldest window still to be answered starts: the
+        // oldest pending round's, or, with none pending, the next round's (the latest round).
+        let keep_from = match self.pending.front() {
+            Some(p) => p.window_us.map(|w| w.0),
+            None => self.previous_at.map(|p| p.1),
+        };
+        if let (Ok(g), Some(t)) = (&mut self.gpu, keep_from) {
+            g.forget_before(t);
         }
         out
     }
