@@ -147,13 +147,6 @@ impl ProcessTable {
         self.entries.retain(|_, e| e.seen_round == round);
     }
 
-    /// The scheduler state letter (`R`, `S`, `D`, `Z`, ...) of a process, read now; `None` when
-    /// it is gone or unreadable. Not cached: callers ask only for processes they suspect.
-    pub fn state(&self, pid: u32) -> Option<char> {
-        let stat = std::fs::read_to_string(self.proc_root.join(format!("{pid}/stat"))).ok()?;
-        parse_state(&stat)
-    }
-
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -224,11 +217,6 @@ pub fn parse_stat(stat: &str) -> Option<(String, u64)> {
     Some((name, start_time))
 }
 
-/// The state letter (field 3) of a `/proc/<pid>/stat` line.
-pub fn parse_state(stat: &str) -> Option<char> {
-    stat.get(stat.rfind(')')? + 2..)?.chars().next()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,9 +229,6 @@ mod tests {
             Some(("python3 (worker) x".to_owned(), 987654))
         );
         assert_eq!(parse_stat("garbage"), None);
-        assert_eq!(parse_state(line), Some('S'));
-        assert_eq!(parse_state("1 (a) D 0"), Some('D'));
-        assert_eq!(parse_state("garbage"), None);
     }
 
     fn fake_proc(root: &Path, pid: u32, start: u64, cgroup: &str) {
