@@ -10,7 +10,6 @@ mod cgroups;
 mod pending;
 mod stalls;
 
-pub use stalls::io_summary;
 
 use crate::analysis::VerdictConfig;
 use crate::attribution::{read_process, AttributionError, PidMap, PidSet, ProcessTable};

@@ -225,7 +225,7 @@ fn io_delta(now: &IoStats, before: &IoStats) -> Option<IoStats> {
 
 /// Mean, percentiles (the upper edge of the log2 bucket that holds them) and the count of
 /// operations of 16 ms or more (bucket 14 up; bucket 13 is [8, 16) ms) of an I/O window.
-pub fn io_summary(s: &IoStats) -> IoSummary {
+pub(crate) fn io_summary(s: &IoStats) -> IoSummary {
     let percentile = |q: f64| -> Option<f64> {
         if s.count == 0 {
             return None;
