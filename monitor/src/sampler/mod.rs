@@ -10,7 +10,6 @@ mod cgroups;
 mod pending;
 mod stalls;
 
-
 use crate::analysis::VerdictConfig;
 use crate::attribution::{read_process, AttributionError, PidMap, PidSet, ProcessTable};
 use crate::cgroup::{CgroupLayout, CgroupMembership, WorkloadId, WorkloadKind};
