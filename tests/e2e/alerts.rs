@@ -408,37 +408,51 @@ fn a_dead_webhook_never_holds_back_sampling() {
     .unwrap();
     let temp = |t: u32| json!({"devices": [{"uuid": "GPU-dead-hook", "temperature": t}]});
     write_scenario(&scenario, &temp(95));
-    let child = gpuwatch(&scenario)
+    let mut child = gpuwatch(&scenario)
         .args(["-c"])
         .arg(&config)
-        .args(["watch", "--no-docker", "--no-ebpf", "--duration", "4s"])
+        .args(["watch", "--no-docker", "--no-ebpf", "--duration", "6s"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let started = Instant::now();
-    // Flip the temperature every 600 ms: a transition every flip, far more than the dead
-    // receiver could take.
-    for i in 0..6 {
-        std::thread::sleep(Duration::from_millis(600));
-        write_scenario(&scenario, &temp(if i % 2 == 0 { 50 } else { 95 }));
+    // Answer every transition with the opposite temperature: each flip waits only on gpuwatch
+    // noticing the last one, so a slow start on a loaded machine costs flips, not the test.
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut stderr_pipe = child.stderr.take().unwrap();
+    let stderr_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr_pipe.read_to_string(&mut s);
+        s
+    });
+    let mut lines = Vec::new();
+    let mut transitions = 0;
+    for line in stdout.lines() {
+        let line = line.unwrap();
+        if line.contains(" FIRING ") {
+            transitions += 1;
+            write_scenario(&scenario, &temp(50));
+        } else if line.contains(" RESOLVED ") {
+            transitions += 1;
+            write_scenario(&scenario, &temp(95));
+        }
+        lines.push(line);
     }
-    let out = child.wait_with_output().unwrap();
+    let status = child.wait().unwrap();
     let took = started.elapsed();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let transitions = stdout
-        .lines()
-        .filter(|l| l.contains(" FIRING ") || l.contains(" RESOLVED "))
-        .count();
+    let stdout = lines.join("\n");
+    let stderr = stderr_reader.join().unwrap();
+    assert!(status.success(), "{stderr}");
+    // A sampler that waited on the receiver would stop after two transitions: one in flight
+    // (hung for 5 retries of 2 s) and one in the queue's single slot.
     assert!(
         transitions >= 5,
         "sampling went on while the webhook hung:\n{stdout}"
     );
-    // The run ends at --duration plus at most the 5 s given to the queue, not after every
-    // retry of every notification.
-    assert!(took < Duration::from_secs(12), "{took:?}");
+    // The run ends at --duration plus at most the 5 s given to the queue (11 s, and the
+    // start-up), not after the retries of even one queued notification (6 + 15 s).
+    assert!(took < Duration::from_secs(16), "{took:?}");
     assert!(
         stderr.contains("notification_dropped"),
         "a full queue is counted and logged:\n{stderr}"
