@@ -6,13 +6,17 @@
 //! cumulative per-(cgroup, tgid) counters each round: thread-state times, read-syscall latency,
 //! disk-request latency. Parts whose tracepoints this kernel lacks are left out and named in
 //! [`StallProbe::missing`]; only the scheduler part is required.
+mod batch;
+
 use crate::kernel_btf::{BtfError, KernelBtf};
 use crate::{caps, tracefs};
 use aya::maps::{
-    Array, HashMap as BpfHashMap, MapData, MapError, PerCpuArray, PerCpuHashMap, PerCpuValues,
+    Array, HashMap as BpfHashMap, IterableMap, MapData, MapError, PerCpuArray, PerCpuHashMap,
+    PerCpuValues,
 };
 use aya::programs::{ProgramError, TracePoint};
 use aya::{Ebpf, EbpfError, EbpfLoader, Pod};
+use batch::{BatchError, BatchReader};
 use monitor_common::{probe_stat, IoStats, TaskKey, TaskTimes};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -44,6 +48,11 @@ pub enum ProbeError {
         name: &'static str,
         source: MapError,
     },
+    #[error("map {name}: batch lookup: {source}")]
+    BatchLookup {
+        name: &'static str,
+        source: std::io::Error,
+    },
     #[error("{0} missing from the eBPF object")]
     Missing(&'static str),
 }
@@ -56,7 +65,8 @@ pub struct ProbeTotals {
     pub disk: HashMap<TaskKey, IoStats>,
     /// The kernel side's failure counters, by `probe_stat` index.
     pub failures: [u64; probe_stat::COUNT as usize],
-    /// Entries that vanished between the key walk and the lookup (LRU eviction).
+    /// Entries that vanished between the key walk and the lookup (LRU eviction; only where the
+    /// kernel has no batch lookup and the keys are walked).
     pub evicted_during_read: u64,
 }
 
@@ -99,8 +109,16 @@ pub struct StallProbe {
     /// Bumped after cgroups are added, so CPUs re-check threads they cached as unwatched.
     watch_generation: Array<MapData, u32>,
     generation: u32,
+    /// Buffers for reading the task maps in batches; `None` where this kernel cannot, and the
+    /// keys are walked instead.
+    batches: Option<Batches>,
     /// Parts not traced on this kernel, with the reason ("read latency: …").
     pub missing: Vec<String>,
+}
+
+struct Batches {
+    times: BatchReader<TaskKey, TaskTimes>,
+    io: BatchReader<TaskKey, IoStats>,
 }
 
 struct Offsets {
@@ -323,6 +341,10 @@ impl StallProbe {
             watched_ids: HashSet::new(),
             watch_generation: take_map(&mut ebpf, "WATCH_GENERATION")?,
             generation: 0,
+            batches: aya::util::nr_cpus().ok().map(|cpus| Batches {
+                times: BatchReader::new(cpus),
+                io: BatchReader::new(cpus),
+            }),
             missing,
             _ebpf: ebpf,
         })
@@ -392,11 +414,13 @@ impl StallProbe {
     }
 
     /// Reads every counter into `out` (cleared first).
-    pub fn read(&self, out: &mut ProbeTotals) -> Result<(), ProbeError> {
+    pub fn read(&mut self, out: &mut ProbeTotals) -> Result<(), ProbeError> {
         out.evicted_during_read = 0;
-        out.evicted_during_read += read_map(&self.times, "TASK_TIMES", &mut out.times)?;
-        out.evicted_during_read += read_map(&self.reads, "READ_STATS", &mut out.reads)?;
-        out.evicted_during_read += read_map(&self.disk, "DISK_STATS", &mut out.disk)?;
+        if !self.read_batched(out)? {
+            out.evicted_during_read += walk_map(&self.times, "TASK_TIMES", &mut out.times)?;
+            out.evicted_during_read += walk_map(&self.reads, "READ_STATS", &mut out.reads)?;
+            out.evicted_during_read += walk_map(&self.disk, "DISK_STATS", &mut out.disk)?;
+        }
         for i in 0..probe_stat::COUNT {
             let v = self.stats.get(&i, 0).map_err(|source| ProbeError::Map {
                 name: "PROBE_STATS",
@@ -406,9 +430,49 @@ impl StallProbe {
         }
         Ok(())
     }
+
+    /// The three task maps through batch lookups. False where the kernel has none (and from
+    /// then on the keys are walked).
+    fn read_batched(&mut self, out: &mut ProbeTotals) -> Result<bool, ProbeError> {
+        let Some(b) = self.batches.as_mut() else {
+            return Ok(false);
+        };
+        let result = batch_map(&mut b.times, self.times.map(), &mut out.times)
+            .map_err(|e| ("TASK_TIMES", e))
+            .and_then(|()| {
+                batch_map(&mut b.io, self.reads.map(), &mut out.reads)
+                    .map_err(|e| ("READ_STATS", e))
+            })
+            .and_then(|()| {
+                batch_map(&mut b.io, self.disk.map(), &mut out.disk).map_err(|e| ("DISK_STATS", e))
+            });
+        match result {
+            Ok(()) => Ok(true),
+            Err((_, BatchError::Unsupported)) => {
+                self.batches = None;
+                Ok(false)
+            }
+            Err((name, BatchError::Io(source))) => Err(ProbeError::BatchLookup { name, source }),
+        }
+    }
 }
 
-fn read_map<V: Pod + Default + Accumulate>(
+fn batch_map<V: Pod + Default + Accumulate>(
+    reader: &mut BatchReader<TaskKey, V>,
+    map: &MapData,
+    out: &mut HashMap<TaskKey, V>,
+) -> Result<(), BatchError> {
+    out.clear();
+    reader.read(map, |key, per_cpu| {
+        let mut total = V::default();
+        for v in per_cpu {
+            total.accumulate(v);
+        }
+        out.insert(key, total);
+    })
+}
+
+fn walk_map<V: Pod + Default + Accumulate>(
     map: &PerCpuHashMap<MapData, TaskKey, V>,
     name: &'static str,
     out: &mut HashMap<TaskKey, V>,
