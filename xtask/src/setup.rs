@@ -9,6 +9,7 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 const DOCKER_SOCKET: &str = "/var/run/docker.sock";
 
 pub fn run() -> Result<()> {
+    userspace_components()?;
     rust_src()?;
     bpf_linker()?;
     debian_packages()?;
@@ -46,6 +47,40 @@ pub(crate) fn run_cmd(cmd: &mut Command, what: &str) -> Result<()> {
         bail!("{what} failed ({status}): {cmd:?}");
     }
     Ok(())
+}
+
+/// The toolchain in rust-toolchain.toml is installed by rustup at the first `cargo` call, with
+/// its components; one installed before without them gets them here (fmt and clippy run in the
+/// tests).
+fn userspace_components() -> Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let file = std::fs::read_to_string(root.join("rust-toolchain.toml"))
+        .context("reading rust-toolchain.toml")?;
+    let channel = file
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("channel = "))
+        .map(|c| c.trim_matches('"').to_owned())
+        .context("rust-toolchain.toml: no channel")?;
+    let installed = output(
+        "rustup",
+        &["component", "list", "--toolchain", &channel, "--installed"],
+    )
+    .unwrap_or_default();
+    let missing: Vec<&str> = ["clippy", "rustfmt"]
+        .into_iter()
+        .filter(|c| !installed.lines().any(|l| l.starts_with(c)))
+        .collect();
+    if missing.is_empty() {
+        say(&format!("{channel} clippy, rustfmt: present"));
+        return Ok(());
+    }
+    say(&format!("adding {} to {channel}", missing.join(", ")));
+    run_cmd(
+        Command::new("rustup")
+            .args(["component", "add", "--toolchain", &channel])
+            .args(&missing),
+        "adding toolchain components",
+    )
 }
 
 fn rust_src() -> Result<()> {
