@@ -121,7 +121,7 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Mean wall time of each NVML call the GPU source makes, through nvml-wrapper (which sizes list
+/// Mean wall and CPU time of each NVML call the GPU source makes, through nvml-wrapper (which sizes list
 /// calls with an extra call), to see where a round's time goes.
 fn per_call(
     lib: Option<std::path::PathBuf>,
@@ -135,17 +135,20 @@ fn per_call(
     }
     let nvml = b.init()?;
     let d = nvml.device_by_index(0)?;
-    let mut totals: Vec<(&str, f64, usize)> = Vec::new();
+    // (name, wall µs, CPU µs, calls)
+    let mut totals: Vec<(&str, f64, f64, usize)> = Vec::new();
     let mut time = |name: &'static str, f: &mut dyn FnMut() -> bool| {
-        let t = Instant::now();
+        let (t, c) = (Instant::now(), thread_cpu());
         let ok = f();
         let us = t.elapsed().as_secs_f64() * 1e6;
+        let cpu_us = (thread_cpu() - c).as_secs_f64() * 1e6;
         match totals.iter_mut().find(|e| e.0 == name) {
             Some(e) => {
                 e.1 += us;
-                e.2 += 1
+                e.2 += cpu_us;
+                e.3 += 1
             }
-            None => totals.push((name, us, 1)),
+            None => totals.push((name, us, cpu_us, 1)),
         }
         ok
     };
@@ -184,9 +187,16 @@ fn per_call(
         });
         std::thread::sleep(Duration::from_millis(interval_ms));
     }
-    println!("{:<34} {:>10}", "call (nvml-wrapper)", "mean us");
-    for (name, total, n) in totals {
-        println!("{name:<34} {:>10.1}", total / n as f64);
+    println!(
+        "{:<34} {:>12} {:>12}",
+        "call (nvml-wrapper)", "wall us", "cpu us"
+    );
+    for (name, wall, cpu, n) in totals {
+        println!(
+            "{name:<34} {:>12.1} {:>12.1}",
+            wall / n as f64,
+            cpu / n as f64
+        );
     }
     Ok(())
 }
