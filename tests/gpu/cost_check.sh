@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The agent's cost on a GPU machine, from the repository root with .device/ carried: each NVML
+# The agent's cost on a GPU machine, from the repository root with .device/ carried:
 # `xtask bench-vs-nvitop` (gpuwatch beside nvitop; BENCH_ARGS=--no-ebpf-too adds gpuwatch without
 # eBPF), then under a 4-process CUDA load in one cgroup each NVML call's wall and CPU time, a
 # full round's CPU and a snapshot's peak RSS. Evidence to $OUT.
