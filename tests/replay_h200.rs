@@ -6,8 +6,8 @@
 //! 1-s window must fall on the right side of the GPU-bound threshold; nothing may read more
 //! busy than the recording ever was.
 use gpuwatch::events::EventCounters;
+use gpuwatch::model::Snapshot;
 use gpuwatch::sampler::{Sampler, SamplerConfig};
-use gpuwatch::snapshot::Snapshot;
 use gpuwatch::sources::gpu::GpuSourceConfig;
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -174,7 +174,7 @@ fn the_agent_replays_each_phase_at_its_own_cadence() {
                 let busy = s.gpus[i].busy?;
                 assert_eq!(
                     busy.source,
-                    gpuwatch::snapshot::BusySource::UtilizationSamples,
+                    gpuwatch::model::BusySource::UtilizationSamples,
                     "{}: {busy:?}",
                     p.name
                 );

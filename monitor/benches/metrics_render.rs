@@ -3,9 +3,9 @@
 //! Prints p50/p99/max over 200 renders, then lets criterion measure the mean. Run with
 //! `cargo xtask bench`.
 use criterion::{criterion_group, criterion_main, Criterion};
+use gpuwatch::model::test_support::{container, gpu, snapshot};
+use gpuwatch::model::WorkloadGpuShare;
 use gpuwatch::output::prometheus::{render, Exported};
-use gpuwatch::snapshot::test_support::{container, gpu, snapshot};
-use gpuwatch::snapshot::WorkloadGpuShare;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -25,7 +25,7 @@ fn exported() -> Arc<Exported> {
                 .map(|g| WorkloadGpuShare {
                     memory_bytes: 1 << 30,
                     busy_fraction: Some(0.8),
-                    split: Some(gpuwatch::snapshot::SplitMethod::SoleHolder),
+                    split: Some(gpuwatch::model::SplitMethod::SoleHolder),
                     device_busy_fraction: Some(0.8),
                     sm_activity_percent: Some(90.0),
                     pids: vec![1000 + i as u32],

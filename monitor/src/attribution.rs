@@ -6,7 +6,8 @@
 //! `revalidate_after` rounds (a process can be moved to another cgroup); a PID that disappears
 //! from the caller's list is forgotten at the end of the round. A cached PID costs one liveness
 //! check per round.
-use crate::cgroup::{classify, CgroupMembership, WorkloadId};
+use crate::cgroup::{classify, CgroupMembership};
+use crate::model::WorkloadId;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::path::{Path, PathBuf};

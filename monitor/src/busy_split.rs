@@ -19,8 +19,9 @@
 //! "Active" means a driver share above 0 or at least 1 % of the window on a CPU. A holder that
 //! did neither gets 0: it holds memory and ran nothing visible. One that may have run is never
 //! given 0: its share is unknown.
-use crate::cgroup::WorkloadId;
-use crate::snapshot::SplitMethod;
+
+use crate::model::SplitMethod;
+use crate::model::WorkloadId;
 
 /// One process holding the GPU, with the evidence of its use.
 #[derive(Clone, Debug, PartialEq)]
@@ -154,7 +155,7 @@ fn weighted(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cgroup::WorkloadKind;
+    use crate::model::WorkloadKind;
 
     fn w(name: &str) -> Option<WorkloadId> {
         Some(WorkloadId {

@@ -8,8 +8,8 @@ use crate::agent::Agent;
 use crate::config::Config;
 use crate::events::InternalEvent;
 use crate::health::alerts::{AlertEngine, RoundOutcome};
+use crate::model::Snapshot;
 use crate::notify::Notifier;
-use crate::snapshot::Snapshot;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 

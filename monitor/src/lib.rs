@@ -2,7 +2,7 @@
 //! hosts.
 //!
 //! Data flows one way: [`sources`] (NVML, Docker, eBPF, `/proc` and cgroup files) →
-//! [`attribution`] (PID → cgroup → workload) → [`snapshot::Snapshot`] (built by
+//! [`attribution`] (PID → cgroup → workload) → [`model::Snapshot`] (built by
 //! [`sampler::Sampler`]) → [`analysis`] and [`health`] (verdicts, alerts, checks) → [`output`]
 //! and [`notify`]. [`config`] is the YAML file that sets all of it.
 pub mod agent;
@@ -16,13 +16,13 @@ pub mod daemon;
 pub mod events;
 pub mod health;
 pub mod kernel_btf;
+pub mod model;
 pub mod notify;
 pub mod output;
 pub mod process_checks;
 pub mod recording;
 pub mod sampler;
 pub mod serve;
-pub mod snapshot;
 pub mod sources;
 pub mod top;
 pub mod tracefs;

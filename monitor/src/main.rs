@@ -437,7 +437,7 @@ fn record(args: &RecordArgs, config: &Config) -> Result<()> {
     let started = std::time::Instant::now();
     let mut next = started + interval;
     let mut samples = 0u64;
-    let mut write = |snap: &gpuwatch::snapshot::Snapshot, samples: &mut u64| -> Result<()> {
+    let mut write = |snap: &gpuwatch::model::Snapshot, samples: &mut u64| -> Result<()> {
         let round = alerts.evaluate(snap);
         let transitions: Vec<_> = round.notify.into_iter().chain(round.rate_limited).collect();
         match args.format {

@@ -3,8 +3,8 @@
 //! alerts), redrawn each round, sortable and filterable from the keyboard. This module is the
 //! view: its state, its keys and how it draws one round; `main` runs the loop.
 use crate::health::alerts::{Alert, AlertState};
+use crate::model::Workload;
 use crate::output::prometheus::Exported;
-use crate::snapshot::Workload;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::layout::{Constraint, Layout};
 use ratatui::style::{Color, Modifier, Style};
@@ -372,7 +372,7 @@ impl View {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::test_support::{container, gpu, snapshot};
+    use crate::model::test_support::{container, gpu, snapshot};
     use ratatui::backend::TestBackend;
     use ratatui::crossterm::event::KeyEventKind;
     use ratatui::Terminal;

@@ -1,17 +1,7 @@
 //! Which cgroup hierarchies this host has: v1, hybrid (v1 controllers plus a unified hierarchy),
 //! or pure v2. Detected once at start from `/proc/self/mountinfo`.
-use serde::Serialize;
+use crate::model::CgroupMode;
 use std::path::{Path, PathBuf};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CgroupMode {
-    V1,
-    Hybrid,
-    V2,
-    /// No cgroup filesystem is mounted (containers cannot be told apart).
-    None,
-}
 
 /// One mounted v1 hierarchy: its controllers (and `name=` for named hierarchies).
 #[derive(Clone, Debug, PartialEq, Eq)]

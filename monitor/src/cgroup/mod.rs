@@ -6,6 +6,6 @@ pub mod layout;
 pub mod membership;
 pub mod stats;
 
-pub use classify::{classify, WorkloadId, WorkloadKind};
-pub use layout::{CgroupLayout, CgroupMode};
+pub use classify::classify;
+pub use layout::CgroupLayout;
 pub use membership::CgroupMembership;

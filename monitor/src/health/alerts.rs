@@ -5,8 +5,8 @@
 //! back is reported, not silently lost.
 use super::rules::{self, Evaluation, Outcome, RuleState, Severity, Subject};
 use crate::config::AlertsConfig;
+use crate::model::Snapshot;
 use crate::output::rfc3339;
-use crate::snapshot::Snapshot;
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 
@@ -196,7 +196,7 @@ fn new_alert(e: &Evaluation, now: u64) -> Alert {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::test_support::{gpu, snapshot};
+    use crate::model::test_support::{gpu, snapshot};
 
     fn engine(edit: impl FnOnce(&mut AlertsConfig)) -> AlertEngine {
         let mut c = AlertsConfig::default();

@@ -3,9 +3,10 @@
 //! to do. Any `risk` makes the command exit non-zero, so it can gate a training launch.
 use super::rules::{self, ContainerRef, Outcome};
 use super::trend::Series;
-use crate::cgroup::WorkloadKind;
+use crate::model::WorkloadKind;
+
 use crate::config::{duration, ByteSize};
-use crate::snapshot::Snapshot;
+use crate::model::Snapshot;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -492,8 +493,8 @@ pub fn examine(snaps: &[Snapshot], c: &DoctorConfig) -> Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::test_support::{container, gpu, process, snapshot};
-    use crate::snapshot::MemoryUsage;
+    use crate::model::test_support::{container, gpu, process, snapshot};
+    use crate::model::MemoryUsage;
 
     fn statuses(r: &Report) -> BTreeMap<(&str, &str), Status> {
         r.checks

@@ -5,8 +5,9 @@
 //! `max batch = 16 × (total - 2000 MiB) / (used - 2000 MiB)`, with the memory other processes
 //! hold taken out of the total.
 use crate::config::ByteSize;
-use crate::snapshot::{Gpu, Workload};
-use serde::{Deserialize, Serialize};
+use crate::model::OomHeadroom;
+use crate::model::{Gpu, Workload};
+use serde::Deserialize;
 
 /// The config file's `headroom:` section.
 #[derive(Clone, Copy, Debug, Deserialize)]
@@ -22,19 +23,6 @@ impl Default for HeadroomConfig {
             baseline: ByteSize(2000 * ByteSize::MIB),
         }
     }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct OomHeadroom {
-    /// The GPU with the least room: the one that runs out first.
-    pub gpu_index: u32,
-    /// The workload's memory on that GPU.
-    pub used_bytes: u64,
-    /// What the workload could use there: the GPU's total minus every other holder.
-    pub available_bytes: u64,
-    /// How many times the batch can grow before that GPU is full; `None` when the workload
-    /// holds no more than the baseline (no batch-proportional part to scale).
-    pub batch_scale: Option<f64>,
 }
 
 /// The headroom on the tightest GPU of `w`, or `None` when it holds no GPU memory.
@@ -69,8 +57,8 @@ pub fn oom_headroom(w: &Workload, gpus: &[Gpu], config: &HeadroomConfig) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::test_support::{container, gpu};
-    use crate::snapshot::WorkloadGpuShare;
+    use crate::model::test_support::{container, gpu};
+    use crate::model::WorkloadGpuShare;
 
     const MIB: u64 = 1 << 20;
 

@@ -5,9 +5,10 @@
 //! must neither fire nor resolve an alert). How long a condition must hold is the lifecycle's job
 //! ([`super::alerts`]).
 use super::trend::Series;
-use crate::cgroup::{WorkloadId, WorkloadKind};
+use crate::model::{WorkloadId, WorkloadKind};
+
 use crate::config::{duration, ByteSize};
-use crate::snapshot::{Gpu, GpuProcess, Snapshot, Workload};
+use crate::model::{Gpu, GpuProcess, Snapshot, Workload};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -706,7 +707,7 @@ pub fn evaluate(config: &RulesConfig, state: &mut RuleState, snap: &Snapshot) ->
     out
 }
 
-fn verdict_name(kind: crate::analysis::VerdictKind) -> String {
+fn verdict_name(kind: crate::model::VerdictKind) -> String {
     serde_json::to_value(kind)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
@@ -827,7 +828,7 @@ pub(crate) fn ghost_outcome(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::test_support::{container, gpu, process, snapshot};
+    use crate::model::test_support::{container, gpu, process, snapshot};
 
     fn ghost(snap: &Snapshot) -> Vec<Outcome> {
         let mut state = RuleState::default();
@@ -844,7 +845,7 @@ mod tests {
         let mut g = gpu(0);
         g.processes.push(process(10, Some(&live.id), 1 << 30));
         // A Docker cgroup Docker does not know: the container is gone, its process is not.
-        let orphan = crate::cgroup::WorkloadId {
+        let orphan = crate::model::WorkloadId {
             kind: WorkloadKind::Docker,
             id: "f".repeat(64).into(),
         };
@@ -879,7 +880,7 @@ mod tests {
         assert_eq!(out[3], Outcome::Clear, "one D reading is not stuck");
         // With Docker down, an unknown container is no evidence of anything.
         let mut snap = snap;
-        snap.sources.docker = crate::snapshot::SourceState::down("socket missing");
+        snap.sources.docker = crate::model::SourceState::down("socket missing");
         assert_eq!(ghost(&snap)[1], Outcome::Clear);
     }
 

@@ -1,7 +1,7 @@
 //! CSV recording: one row per sample per GPU and per workload, in one long table with a `record`
 //! column, so a spreadsheet or pandas reads it directly (the seed had to bolt timestamps onto
 //! `nvidia-smi -lms` output with awk). Empty cells are values that could not be measured.
-use crate::snapshot::Snapshot;
+use crate::model::Snapshot;
 
 /// The columns, in order.
 pub const COLUMNS: [&str; 32] = [

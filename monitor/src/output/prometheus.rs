@@ -7,7 +7,7 @@
 //! (`container_id`, `container_name`, `image`, `compose_service`, `kind`) and GPUs (`gpu`,
 //! `uuid`); never PIDs, whose values are unbounded. `docs/metrics.md` lists every metric.
 use crate::health::alerts::{Alert, AlertState};
-use crate::snapshot::{Snapshot, Workload};
+use crate::model::{Snapshot, Workload};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -52,7 +52,7 @@ type Labels = Vec<(&'static str, String)>;
 
 /// A per-GPU gauge: name, help, unit, and how to read it from a device.
 /// A per-GPU figure of the completed round, 0–1.
-type GpuRatio = fn(&crate::snapshot::Gpu) -> Option<f64>;
+type GpuRatio = fn(&crate::model::Gpu) -> Option<f64>;
 
 /// A percent as a ratio.
 fn ratio(percent: Option<f64>) -> Option<f64> {
@@ -63,7 +63,7 @@ type DeviceGauge = (
     &'static str,
     &'static str,
     Option<Unit>,
-    fn(&crate::sources::gpu::DeviceReading) -> Option<f64>,
+    fn(&crate::model::DeviceReading) -> Option<f64>,
 );
 
 /// One family: a descriptor, then one sample per label set.
@@ -169,7 +169,7 @@ impl Collector for SnapshotCollector {
         )?;
 
         // GPUs.
-        let gpu = |d: &crate::sources::gpu::DeviceReading| -> Labels {
+        let gpu = |d: &crate::model::DeviceReading| -> Labels {
             vec![
                 ("gpu", d.index.to_string()),
                 ("uuid", d.uuid.clone().unwrap_or_default()),
@@ -401,7 +401,7 @@ impl Collector for SnapshotCollector {
                 )
             }),
         )?;
-        let per_gpu = |f: fn(&crate::snapshot::WorkloadGpuShare) -> Option<f64>| {
+        let per_gpu = |f: fn(&crate::model::WorkloadGpuShare) -> Option<f64>| {
             ws.iter()
                 .flat_map(move |(w, l)| {
                     w.gpu.per_gpu.iter().filter_map(move |g| {
@@ -589,8 +589,8 @@ impl Collector for SnapshotCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::test_support::{container, gpu, snapshot};
-    use crate::snapshot::WorkloadGpuShare;
+    use crate::model::test_support::{container, gpu, snapshot};
+    use crate::model::WorkloadGpuShare;
 
     #[test]
     fn renders_conventional_names_units_and_labels() {
@@ -599,7 +599,7 @@ mod tests {
         w.gpu.per_gpu.push(WorkloadGpuShare {
             memory_bytes: 3 << 30,
             busy_fraction: Some(0.8),
-            split: Some(crate::snapshot::SplitMethod::SoleHolder),
+            split: Some(crate::model::SplitMethod::SoleHolder),
             device_busy_fraction: Some(0.8),
             sm_activity_percent: Some(90.0),
             pids: vec![42],

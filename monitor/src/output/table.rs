@@ -1,5 +1,5 @@
 //! The human table of `gpuwatch snapshot`: GPUs, then workloads, then what is degraded.
-use crate::snapshot::{Snapshot, SourceState};
+use crate::model::{Snapshot, SourceState};
 use std::fmt::Write;
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -52,7 +52,7 @@ pub fn render_snapshot(s: &Snapshot) -> String {
                     // The window's busy share from the series; `~` marks an instantaneous
                     // reading (no series).
                     match g.busy {
-                        Some(b) if b.source == crate::snapshot::BusySource::UtilizationReading => {
+                        Some(b) if b.source == crate::model::BusySource::UtilizationReading => {
                             format!("~{:.0}", b.fraction * 100.0)
                         }
                         Some(b) => format!("{:.0}", b.fraction * 100.0),

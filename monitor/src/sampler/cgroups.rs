@@ -1,7 +1,8 @@
 //! Where each workload's cgroup is, resolved once from a member process, and the Docker
 //! containers the cgroup tree shows when the daemon cannot be asked.
 use crate::cgroup::stats::CgroupStatsPaths;
-use crate::cgroup::{classify, CgroupLayout, CgroupMembership, WorkloadId, WorkloadKind};
+use crate::cgroup::{classify, CgroupLayout, CgroupMembership};
+use crate::model::{WorkloadId, WorkloadKind};
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 

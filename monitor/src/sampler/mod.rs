@@ -12,16 +12,17 @@ mod stalls;
 
 use crate::analysis::VerdictConfig;
 use crate::attribution::{read_process, AttributionError, PidMap, PidSet, ProcessTable};
-use crate::cgroup::{CgroupLayout, CgroupMembership, WorkloadId, WorkloadKind};
+use crate::cgroup::{CgroupLayout, CgroupMembership};
 use crate::events::{EventCounters, InternalEvent};
 use crate::health::headroom::HeadroomConfig;
-use crate::process_checks::ProcessChecks;
-use crate::snapshot::{
+use crate::model::{ContainerInfo, DeviceReading, WorkloadId, WorkloadKind};
+use crate::model::{
     ContainerMeta, CpuUsage, Gpu, GpuProcess, HostInfo, MemoryUsage, Snapshot, SourceState,
     Sources, Workload, WorkloadGpu, WorkloadGpuShare, SCHEMA_VERSION,
 };
-use crate::sources::docker::{ContainerInfo, DockerCache};
-use crate::sources::gpu::{DeviceReading, GpuSource, GpuSourceConfig};
+use crate::process_checks::ProcessChecks;
+use crate::sources::docker::DockerCache;
+use crate::sources::gpu::{GpuSource, GpuSourceConfig};
 use cgroups::{discover_docker_cgroups, membership_for_path, WorkloadCgroup};
 use pending::{Completion, Fetched, PendingRound};
 use stalls::Stalls;
@@ -390,7 +391,7 @@ impl Sampler {
     /// process's: a job's processes come together), whose cgroup needs no new lookup.
     fn attribute_process(
         &mut self,
-        reading: crate::sources::gpu::ProcessReading,
+        reading: crate::model::ProcessReading,
         gpu_index: u32,
         known: Option<&WorkloadId>,
         new_memberships: &mut Vec<(WorkloadId, CgroupMembership)>,
@@ -687,7 +688,7 @@ fn add_gpu_share(w: &mut WorkloadGpu, gpu: &Gpu, p: &GpuProcess) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::test_support::{gpu, process};
+    use crate::model::test_support::{gpu, process};
 
     fn id(name: &str) -> WorkloadId {
         WorkloadId {

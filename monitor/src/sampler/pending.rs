@@ -7,10 +7,11 @@
 //! verdicts, which need it.
 use crate::analysis::{self, VerdictConfig};
 use crate::busy_split::{self, Holder};
-use crate::cgroup::WorkloadId;
+use crate::model::{SmActivity, WorkloadId};
+
 use crate::health::headroom::{self, HeadroomConfig};
-use crate::snapshot::{BusySource, Gpu, GpuBusy, Snapshot, SourceState, SplitMethod, Workload};
-use crate::sources::gpu::{DeviceFetch, GpuSource, ProcessSplit, SmActivity};
+use crate::model::{BusySource, Gpu, GpuBusy, Snapshot, SourceState, SplitMethod, Workload};
+use crate::sources::gpu::{DeviceFetch, GpuSource, ProcessSplit};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Instant;
 

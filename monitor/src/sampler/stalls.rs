@@ -2,7 +2,7 @@
 //! the cumulative per-task counters, and turns this round's minus the previous round's into
 //! each cgroup's [`StallWindow`].
 use crate::events::{EventCounters, InternalEvent};
-use crate::snapshot::{
+use crate::model::{
     IoSummary, ProbeHealth, ProcessRole, ProcessStall, SourceState, StallWindow, ThreadTimes,
 };
 use crate::sources::stall_probe::{Accumulate, ProbeTotals, StallProbe};

@@ -6,11 +6,11 @@
 //! retries with back-off and re-lists on reconnect. Samplers only ever read the cache: Docker
 //! metadata never costs a request per round.
 use crate::events::{EventCounters, InternalEvent};
+use crate::model::{ContainerInfo, GpuDeviceRequest};
 use bollard::models::ContainerInspectResponse;
 use bollard::query_parameters::{EventsOptions, InspectContainerOptions, ListContainersOptions};
 use bollard::Docker;
 use futures_util::StreamExt;
-use serde::Serialize;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -38,34 +38,6 @@ impl Default for DockerSourceConfig {
             max_backoff: Duration::from_secs(30),
         }
     }
-}
-
-/// A GPU request in a container's `HostConfig.DeviceRequests` (`--gpus`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct GpuDeviceRequest {
-    pub driver: Option<String>,
-    /// Number of GPUs requested; -1 means all.
-    pub count: Option<i64>,
-    pub device_ids: Vec<String>,
-    pub capabilities: Vec<Vec<String>>,
-}
-
-/// What the agent knows of one running container.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ContainerInfo {
-    pub id: String,
-    pub name: String,
-    pub image: String,
-    pub compose_project: Option<String>,
-    pub compose_service: Option<String>,
-    /// RFC 3339 start time.
-    pub started_at: Option<String>,
-    /// Host PID of the container's init process.
-    #[serde(skip)]
-    pub init_pid: Option<u32>,
-    pub gpu_device_requests: Vec<GpuDeviceRequest>,
-    #[serde(skip)]
-    pub labels: HashMap<String, String>,
 }
 
 /// The source's health, as shown in snapshots.

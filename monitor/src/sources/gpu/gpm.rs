@@ -10,6 +10,7 @@
 //! Cost on the H200 (driver 580.159.04): a sample 40–60 µs of CPU, one metrics computation
 //! 1.3–1.4 ms whatever the number of metrics asked for. So the agent takes one sample per
 //! series fetch, not per round, and reports activity over the span between fetches.
+use crate::model::SmActivity;
 use nvml_wrapper::error::{nvml_sym, NvmlError};
 use nvml_wrapper::Nvml;
 use nvml_wrapper_sys::bindings::{
@@ -20,23 +21,6 @@ use nvml_wrapper_sys::bindings::{
     nvmlGpmMetricsGet_t, nvmlGpmSample_t, nvmlGpmSupport_t, nvmlReturn_enum_NVML_SUCCESS,
     NVML_GPM_METRICS_GET_VERSION, NVML_GPM_SUPPORT_VERSION,
 };
-use serde::Serialize;
-
-/// GPM's averages over one span, in percent.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct SmActivity {
-    /// The span the averages cover: from the previous GPM sample to this one.
-    pub start_unix_ms: u64,
-    pub end_unix_ms: u64,
-    /// Time the graphics/compute engine was active (what utilisation counts, exactly).
-    pub engine_percent: Option<f64>,
-    /// Of the SMs, the share busy on average: low while the engine is active means tiny
-    /// kernels, launch-bound steps or batches too small to fill the GPU.
-    pub sm_percent: Option<f64>,
-    pub sm_occupancy_percent: Option<f64>,
-    pub tensor_percent: Option<f64>,
-    pub dram_bandwidth_percent: Option<f64>,
-}
 
 const METRICS: [nvmlGpmMetricId_t; 5] = [
     nvmlGpmMetricId_t_NVML_GPM_METRIC_GRAPHICS_UTIL,

@@ -15,8 +15,8 @@ pub mod series;
 pub mod xid;
 
 use crate::events::{EventCounters, InternalEvent};
+use crate::model::{DeviceReading, GpmState, ProcessKind, ProcessReading, SmActivity};
 use gpm::Gpm;
-pub use gpm::SmActivity;
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError, TemperatureSensor};
 use nvml_wrapper::error::NvmlError;
@@ -24,7 +24,6 @@ use nvml_wrapper::Nvml;
 use nvml_wrapper_sys::bindings::{
     nvmlDevice_t, nvmlProcessInfo_t, nvmlProcessUtilizationSample_t, nvmlSample_t,
 };
-use serde::Serialize;
 use series::{UtilSeries, WindowBusy};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -44,55 +43,6 @@ pub enum GpuSourceError {
     Init { lib: String, source: NvmlError },
     #[error("NVML loaded but cannot count GPUs: {0}")]
     Count(NvmlError),
-}
-
-/// One GPU's state in one round. Fields are `None` when the GPU does not support the query or the
-/// query failed (the failure is in `errors`, keyed by field).
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct DeviceReading {
-    pub index: u32,
-    pub uuid: Option<String>,
-    pub name: Option<String>,
-    /// True when NVML reported the GPU lost (fallen off the bus).
-    pub lost: bool,
-    pub utilization_gpu_percent: Option<u32>,
-    pub utilization_memory_percent: Option<u32>,
-    pub memory_used_bytes: Option<u64>,
-    pub memory_total_bytes: Option<u64>,
-    pub temperature_celsius: Option<u32>,
-    pub power_watts: Option<f64>,
-    pub power_limit_watts: Option<f64>,
-    pub sm_clock_mhz: Option<u32>,
-    /// Active clocks-event (throttle) reasons, e.g. `sw_power_cap`, `hw_thermal_slowdown`.
-    pub clocks_event_reasons: Vec<&'static str>,
-    /// Volatile uncorrected ECC errors since the driver loaded (`None`: no ECC, or not read
-    /// yet). Read every [`SLOW_FIELDS_EVERY`] rounds.
-    pub ecc_uncorrected_volatile: Option<u64>,
-    /// Persistence mode; read every [`SLOW_FIELDS_EVERY`] rounds.
-    pub persistence_mode: Option<bool>,
-    /// Xid errors the driver reported since the previous reading (see [`xid`]).
-    pub xid_events: Vec<u64>,
-    #[serde(skip)]
-    pub processes: Vec<ProcessReading>,
-    pub errors: BTreeMap<&'static str, String>,
-}
-
-/// How a process uses a GPU.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProcessKind {
-    Compute,
-    Graphics,
-    ComputeAndGraphics,
-}
-
-/// One process on one GPU in one round, as NVML lists it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ProcessReading {
-    pub pid: u32,
-    pub kind: ProcessKind,
-    /// GPU memory used by the process; `None` when NVML cannot tell (e.g. under some vGPUs).
-    pub used_memory_bytes: Option<u64>,
 }
 
 /// The driver's per-process figures over one span: for each process it credited with sample
@@ -117,17 +67,6 @@ pub struct DeviceFetch {
     pub split: Option<ProcessSplit>,
     /// Failed calls, by field (`utilization_samples`, `gpm`, `process_utilization`).
     pub errors: BTreeMap<&'static str, String>,
-}
-
-/// Whether a GPU offers GPM, and why not.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case", tag = "state", content = "detail")]
-pub enum GpmState {
-    Available,
-    /// The GPU has no GPM (older than Hopper, or a vGPU).
-    NotSupported,
-    /// GPM could not be opened.
-    Failed(String),
 }
 
 struct DeviceCursor {

@@ -4,9 +4,18 @@
 //!
 //! The JSON form is documented in `docs/snapshot-schema.md`; bump [`SCHEMA_VERSION`] on any
 //! incompatible change.
-use crate::cgroup::{CgroupMode, WorkloadId, WorkloadKind};
-use crate::sources::docker::{ContainerInfo, GpuDeviceRequest};
-use crate::sources::gpu::{DeviceReading, GpmState, ProcessReading, SmActivity};
+mod container;
+mod gpu;
+mod headroom;
+mod verdict;
+mod workload;
+
+pub use container::{ContainerInfo, GpuDeviceRequest};
+pub use gpu::{DeviceReading, GpmState, ProcessKind, ProcessReading, SmActivity};
+pub use headroom::OomHeadroom;
+pub use verdict::{LoaderSummary, Verdict, VerdictKind};
+pub use workload::{CgroupMode, WorkloadId, WorkloadKind};
+
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -205,9 +214,9 @@ pub struct Workload {
     /// What the eBPF probes saw of the workload's processes in the window.
     pub stalls: Option<StallWindow>,
     /// Why the GPU idles, for workloads holding a GPU (see `analysis`).
-    pub verdict: Option<crate::analysis::Verdict>,
+    pub verdict: Option<Verdict>,
     /// How far the batch can grow before the tightest of its GPUs runs out of memory.
-    pub oom_headroom: Option<crate::health::headroom::OomHeadroom>,
+    pub oom_headroom: Option<OomHeadroom>,
     /// Why a section above is missing, by section.
     pub errors: BTreeMap<&'static str, String>,
 }
@@ -391,7 +400,6 @@ pub struct IoSummary {
 #[doc(hidden)]
 pub mod test_support {
     use super::*;
-    use crate::sources::gpu::ProcessKind;
 
     pub fn gpu(index: u32) -> Gpu {
         Gpu {

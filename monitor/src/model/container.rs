@@ -1,0 +1,31 @@
+//! What the Docker source knows of a running container.
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// A GPU request in a container's `HostConfig.DeviceRequests` (`--gpus`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct GpuDeviceRequest {
+    pub driver: Option<String>,
+    /// Number of GPUs requested; -1 means all.
+    pub count: Option<i64>,
+    pub device_ids: Vec<String>,
+    pub capabilities: Vec<Vec<String>>,
+}
+
+/// What the agent knows of one running container.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ContainerInfo {
+    pub id: String,
+    pub name: String,
+    pub image: String,
+    pub compose_project: Option<String>,
+    pub compose_service: Option<String>,
+    /// RFC 3339 start time.
+    pub started_at: Option<String>,
+    /// Host PID of the container's init process.
+    #[serde(skip)]
+    pub init_pid: Option<u32>,
+    pub gpu_device_requests: Vec<GpuDeviceRequest>,
+    #[serde(skip)]
+    pub labels: HashMap<String, String>,
+}
