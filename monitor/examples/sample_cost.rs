@@ -102,11 +102,12 @@ fn main() -> anyhow::Result<()> {
             ..SamplerConfig::default()
         },
         docker: docker.then(DockerSourceConfig::default),
+        ..AgentConfig::default()
     };
     let mut agent = Agent::start(&config, Duration::from_secs(3))?;
     let mut workloads = 0;
     let mut full = measure(rounds, interval, || {
-        if let Some(s) = agent.sampler.round().last() {
+        if let Some(s) = agent.round().last() {
             workloads = s.workloads.len();
         }
     });

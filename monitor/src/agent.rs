@@ -1,6 +1,9 @@
 //! Wiring: starts the Docker task on a small runtime and opens the sampler. Every command that
-//! samples starts the agent the same way.
+//! samples starts the agent the same way, and takes its rounds from [`Agent::round`]: the
+//! sampler's assembly, then the analysis's judgement.
+use crate::analysis::{self, AnalysisConfig};
 use crate::events::EventCounters;
+use crate::model::Snapshot;
 use crate::sampler::{Sampler, SamplerConfig};
 use crate::sources::docker::{self, DockerCache, DockerSourceConfig};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,12 +16,14 @@ pub struct AgentConfig {
     pub sampler: SamplerConfig,
     /// `None` turns the Docker source off.
     pub docker: Option<DockerSourceConfig>,
+    pub analysis: AnalysisConfig,
 }
 
 /// A running agent: the sampler plus the background tasks feeding its caches.
 pub struct Agent {
     pub sampler: Sampler,
     pub events: Arc<EventCounters>,
+    analysis: AnalysisConfig,
     shutdown: watch::Sender<bool>,
     runtime: Option<tokio::runtime::Runtime>,
 }
@@ -63,6 +68,7 @@ impl Agent {
         Ok(Self {
             sampler,
             events,
+            analysis: config.analysis,
             shutdown,
             runtime,
         })
@@ -70,6 +76,26 @@ impl Agent {
 }
 
 impl Agent {
+    /// One sampling round: the rounds it completed (see [`Sampler::round`]), judged.
+    pub fn round(&mut self) -> Vec<Snapshot> {
+        let mut snaps = self.sampler.round();
+        self.judge(&mut snaps);
+        snaps
+    }
+
+    /// The rounds still held for the GPU series, completed with what it has, judged.
+    pub fn flush(&mut self) -> Vec<Snapshot> {
+        let mut snaps = self.sampler.flush();
+        self.judge(&mut snaps);
+        snaps
+    }
+
+    fn judge(&self, snaps: &mut [Snapshot]) {
+        for s in snaps {
+            analysis::judge(s, &self.analysis);
+        }
+    }
+
     /// Sleeps until `until`; returns early with `false` when `stop` is set. Nothing is polled
     /// meanwhile: the GPU series is fetched in batches by the rounds themselves.
     pub fn wait_until(&self, until: std::time::Instant, stop: &AtomicBool) -> bool {

@@ -3,15 +3,16 @@
 //!
 //! Every key is optional (no file at all gives the defaults); unknown keys are errors, and every
 //! error names the file, the line and the field. Each section's type lives beside the code that
-//! uses it ([`crate::analysis::VerdictConfig`], [`crate::health::rules::RulesConfig`],
+//! uses it ([`crate::analysis::verdict::VerdictConfig`], [`crate::health::rules::RulesConfig`],
 //! [`crate::notify::NotifyConfig`], ...); this module owns the file and the value formats
 //! (durations like `90s`, sizes like `2GiB`). `gpuwatch check-config FILE` validates a file;
 //! `docs/config.md` documents every key.
-use crate::analysis::VerdictConfig;
+use crate::analysis::headroom::HeadroomConfig;
+use crate::analysis::verdict::VerdictConfig;
 use crate::health::doctor::DoctorConfig;
-use crate::health::headroom::HeadroomConfig;
 use crate::health::rules::RulesConfig;
 use crate::notify::NotifyConfig;
+use crate::units::duration;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -297,77 +298,6 @@ fn indent_of(text: &str, line: u64) -> usize {
         .map_or(0, |l| l.len() - l.trim_start().len())
 }
 
-/// `90s`, `5m`, `1h 30m`, `500ms` (humantime).
-pub mod duration {
-    use serde::{Deserialize, Deserializer};
-    use std::time::Duration;
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let s = String::deserialize(d)?;
-        humantime::parse_duration(&s)
-            .map_err(|e| serde::de::Error::custom(format!("{s:?} is not a duration ({e})")))
-    }
-}
-
-/// A size in bytes: a plain integer, or a number with a unit (`512MiB`, `2GiB`, `1.5GB`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct ByteSize(pub u64);
-
-impl ByteSize {
-    pub const MIB: u64 = 1 << 20;
-    pub const GIB: u64 = 1 << 30;
-
-    pub fn parse(s: &str) -> Result<Self, String> {
-        let s = s.trim();
-        let split = s
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(s.len());
-        let (number, unit) = s.split_at(split);
-        let number: f64 = number
-            .parse()
-            .map_err(|_| format!("{s:?} is not a size (like 512MiB or 2GiB)"))?;
-        let scale = match unit.trim() {
-            "" | "B" => 1.0,
-            "KiB" => 1024.0,
-            "MiB" => Self::MIB as f64,
-            "GiB" => Self::GIB as f64,
-            "TiB" => (1u64 << 40) as f64,
-            "KB" | "kB" => 1e3,
-            "MB" => 1e6,
-            "GB" => 1e9,
-            "TB" => 1e12,
-            other => return Err(format!("unknown size unit {other:?} in {s:?}")),
-        };
-        Ok(Self((number * scale).round() as u64))
-    }
-}
-
-impl<'de> Deserialize<'de> for ByteSize {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Int(u64),
-            Text(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Int(n) => Ok(Self(n)),
-            Raw::Text(s) => Self::parse(&s).map_err(serde::de::Error::custom),
-        }
-    }
-}
-
-impl std::fmt::Display for ByteSize {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let b = self.0 as f64;
-        if self.0 >= Self::GIB {
-            write!(f, "{:.1} GiB", b / Self::GIB as f64)
-        } else {
-            write!(f, "{:.0} MiB", b / Self::MIB as f64)
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -462,11 +392,7 @@ mod tests {
     }
 
     #[test]
-    fn sizes_and_paths() {
-        assert_eq!(ByteSize::parse("2GiB"), Ok(ByteSize(2 << 30)));
-        assert_eq!(ByteSize::parse("1.5 GB"), Ok(ByteSize(1_500_000_000)));
-        assert_eq!(ByteSize::parse("4096"), Ok(ByteSize(4096)));
-        assert!(ByteSize::parse("2 parsecs").is_err());
+    fn key_paths_and_messages() {
         let text = "a:\n  b:\n    - c: 1\n  d: 2\n";
         assert_eq!(key_path_at(text, 3).as_deref(), Some("a.b.c"));
         assert_eq!(key_path_at(text, 4).as_deref(), Some("a.d"));

@@ -25,7 +25,7 @@ pub fn run_rounds<E>(
     mut each: impl FnMut(Snapshot, &RoundOutcome, &AlertEngine) -> Result<(), E>,
 ) -> Result<(), E> {
     let started = Instant::now();
-    let mut snaps = agent.sampler.round();
+    let mut snaps = agent.round();
     let hostname = snaps
         .first()
         .map_or_else(String::new, |s| s.host.hostname.clone());
@@ -54,10 +54,10 @@ pub fn run_rounds<E>(
         }
         if duration.is_some_and(|d| started.elapsed() >= d) || !agent.wait_until(next, stop) {
             // The rounds still waiting for their GPU series go through the rules too.
-            break agent.sampler.flush().into_iter().try_for_each(&mut handle);
+            break agent.flush().into_iter().try_for_each(&mut handle);
         }
         next += interval;
-        snaps = agent.sampler.round();
+        snaps = agent.round();
     };
     notifier.shutdown(NOTIFY_DRAIN);
     result

@@ -26,3 +26,4 @@ pub mod serve;
 pub mod sources;
 pub mod top;
 pub mod tracefs;
+pub mod units;

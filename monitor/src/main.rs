@@ -2,6 +2,7 @@
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use gpuwatch::agent::{Agent, AgentConfig};
+use gpuwatch::analysis::AnalysisConfig;
 use gpuwatch::config::Config;
 use gpuwatch::output::table;
 use gpuwatch::sampler::SamplerConfig;
@@ -247,9 +248,11 @@ impl SourceArgs {
                 probes: src.ebpf,
                 proc_root: src.proc_root.clone(),
                 series_interval: src.nvml_series_interval,
+                ..SamplerConfig::default()
+            },
+            analysis: AnalysisConfig {
                 verdict: config.verdict,
                 headroom: config.headroom,
-                ..SamplerConfig::default()
             },
             docker: src.docker.then(|| DockerSourceConfig {
                 socket: src.docker_socket.clone(),
@@ -384,13 +387,13 @@ fn snapshot(args: &SnapshotArgs, config: &Config) -> Result<()> {
         .context("starting the agent")?;
     // The first round is the baseline; the second covers the window. The GPU series is
     // fetched once at the end: the driver keeps ~14 s of it.
-    agent.sampler.round();
+    agent.round();
     tracing::info!("baseline round taken; the window runs {:?}", args.window);
     let never = std::sync::atomic::AtomicBool::new(false);
     agent.wait_until(std::time::Instant::now() + args.window, &never);
     // The window's round: complete at once without a GPU series, else once flushed.
-    let mut rounds = agent.sampler.round();
-    rounds.extend(agent.sampler.flush());
+    let mut rounds = agent.round();
+    rounds.extend(agent.flush());
     let snap = rounds.pop().context("the sampler returned no round")?;
     let mut stdout = std::io::stdout().lock();
     if args.json {
@@ -429,7 +432,7 @@ fn record(args: &RecordArgs, config: &Config) -> Result<()> {
     // (CSV `alert` rows), for `gpuwatch report`. Nothing is notified.
     let mut alerts = gpuwatch::health::alerts::AlertEngine::new(&config.alerts);
     // The baseline: rates and the GPU series cover each interval from the first row on.
-    let _baseline = agent.sampler.round();
+    let _baseline = agent.round();
     if let RecordFormat::Csv = args.format {
         writeln!(out, "{}", gpuwatch::output::csv::header())
             .with_context(|| format!("writing {name}"))?;
@@ -464,7 +467,7 @@ fn record(args: &RecordArgs, config: &Config) -> Result<()> {
     // Rows come out as the GPU series covers them (every `sources.nvml_series_interval`); the
     // rounds still held at the end are completed and written before the command returns.
     while agent.wait_until(next, &stop) {
-        for snap in agent.sampler.round() {
+        for snap in agent.round() {
             write(&snap, &mut samples)?;
         }
         if args.run.duration.is_some_and(|d| started.elapsed() >= d) {
@@ -472,7 +475,7 @@ fn record(args: &RecordArgs, config: &Config) -> Result<()> {
         }
         next += interval;
     }
-    for snap in agent.sampler.flush() {
+    for snap in agent.flush() {
         write(&snap, &mut samples)?;
     }
     out.flush().with_context(|| format!("writing {name}"))?;
@@ -505,13 +508,13 @@ fn doctor(args: &DoctorArgs, config: &Config) -> Result<()> {
         .context("starting the agent")?;
     // One snapshot per second over the window: start values, peaks and trends.
     let started = std::time::Instant::now();
-    let mut snaps = agent.sampler.round();
+    let mut snaps = agent.round();
     let mut next = started + Duration::from_secs(1);
     while next <= started + window && agent.wait_until(next, &stop) {
-        snaps.extend(agent.sampler.round());
+        snaps.extend(agent.round());
         next += Duration::from_secs(1);
     }
-    snaps.extend(agent.sampler.flush());
+    snaps.extend(agent.flush());
     let report = doctor::examine(&snaps, &config.doctor);
     let mut stdout = std::io::stdout().lock();
     if args.json {
@@ -757,7 +760,7 @@ fn top(args: &TopArgs, config: &Config) -> Result<()> {
     // Each round's completed snapshots through the rules; the newest is shown.
     let mut publish = |agent: &mut Agent, shown: Option<Exported>| -> Option<Exported> {
         let mut latest = shown;
-        for snapshot in agent.sampler.round() {
+        for snapshot in agent.round() {
             engine.evaluate(&snapshot);
             gpuwatch::output::prometheus::count_xids(&mut xid_totals, &snapshot);
             latest = Some(Exported {

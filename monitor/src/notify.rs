@@ -2,9 +2,9 @@
 //! sampling: the webhook and the command each have a worker thread behind a bounded queue; a
 //! full queue drops the notification and counts it (`notification_dropped`), a receiver that
 //! stays down costs retries with back-off on the worker, then `notification_failed`.
-use crate::config::duration;
 use crate::events::{EventCounters, InternalEvent};
 use crate::health::alerts::{Alert, AlertState};
+use crate::units::duration;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;

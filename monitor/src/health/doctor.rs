@@ -5,8 +5,8 @@ use super::rules::{self, ContainerRef, Outcome};
 use super::trend::Series;
 use crate::model::WorkloadKind;
 
-use crate::config::{duration, ByteSize};
 use crate::model::Snapshot;
+use crate::units::{duration, ByteSize};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -10,6 +10,5 @@
 //! - [`headroom`]: how far a container's batch can grow before its GPU runs out of memory.
 pub mod alerts;
 pub mod doctor;
-pub mod headroom;
 pub mod rules;
 pub mod trend;

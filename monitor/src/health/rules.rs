@@ -7,8 +7,8 @@
 use super::trend::Series;
 use crate::model::{WorkloadId, WorkloadKind};
 
-use crate::config::{duration, ByteSize};
 use crate::model::{Gpu, GpuProcess, Snapshot, Workload};
+use crate::units::{duration, ByteSize};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::time::Duration;

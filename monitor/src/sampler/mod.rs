@@ -10,11 +10,9 @@ mod cgroups;
 mod pending;
 mod stalls;
 
-use crate::analysis::VerdictConfig;
 use crate::attribution::{read_process, AttributionError, PidMap, PidSet, ProcessTable};
 use crate::cgroup::{CgroupLayout, CgroupMembership};
 use crate::events::{EventCounters, InternalEvent};
-use crate::health::headroom::HeadroomConfig;
 use crate::model::{ContainerInfo, DeviceReading, WorkloadId, WorkloadKind};
 use crate::model::{
     ContainerMeta, CpuUsage, Gpu, GpuProcess, HostInfo, MemoryUsage, Snapshot, SourceState,
@@ -46,8 +44,6 @@ pub struct SamplerConfig {
     /// Rounds are published once the series covers them, so up to this much late. The driver
     /// keeps about 14 s of series: longer intervals lose part of it.
     pub series_interval: Duration,
-    pub verdict: VerdictConfig,
-    pub headroom: HeadroomConfig,
 }
 
 /// The default series interval: 10 s, within the H200 driver's 14 s of history.
@@ -61,8 +57,6 @@ impl Default for SamplerConfig {
             proc_root: PathBuf::from("/proc"),
             revalidate_rounds: 30,
             series_interval: DEFAULT_SERIES_INTERVAL,
-            verdict: VerdictConfig::default(),
-            headroom: HeadroomConfig::default(),
         }
     }
 }
@@ -85,8 +79,6 @@ pub struct Sampler {
     cgroups: HashMap<WorkloadId, WorkloadCgroup>,
     previous: HashMap<WorkloadId, Previous>,
     previous_at: Option<(Instant, u64)>,
-    verdict: VerdictConfig,
-    headroom: HeadroomConfig,
     /// The previous round's workloads, to report one that stops with its partial window.
     last_workloads: BTreeMap<WorkloadId, Workload>,
     /// The previous round's GPU processes and their workloads, to attribute one that exits.
@@ -154,8 +146,6 @@ impl Sampler {
             cgroups: HashMap::new(),
             previous: HashMap::new(),
             previous_at: None,
-            verdict: config.verdict,
-            headroom: config.headroom,
             last_workloads: BTreeMap::new(),
             last_pid_workload: PidMap::default(),
             pending: VecDeque::new(),
@@ -247,13 +237,9 @@ impl Sampler {
             let Some(p) = self.pending.pop_front() else {
                 break;
             };
-            let ebpf = p.snapshot.sources.ebpf.clone();
             let done = Completion {
                 gpu: self.gpu.as_ref().ok(),
                 fetched: &self.fetched,
-                ebpf: &ebpf,
-                verdict: &self.verdict,
-                headroom: &self.headroom,
             }
             .complete(p);
             out.push(done);

@@ -5,12 +5,10 @@
 //! driver keeps 14 s). So a round is held until the series reaches the end of its window, then
 //! completed: each GPU's busy share over the window, divided between its holders, and the
 //! verdicts, which need it.
-use crate::analysis::{self, VerdictConfig};
 use crate::busy_split::{self, Holder};
 use crate::model::{SmActivity, WorkloadId};
 
-use crate::health::headroom::{self, HeadroomConfig};
-use crate::model::{BusySource, Gpu, GpuBusy, Snapshot, SourceState, SplitMethod, Workload};
+use crate::model::{BusySource, Gpu, GpuBusy, Snapshot, SplitMethod, Workload};
 use crate::sources::gpu::{DeviceFetch, GpuSource, ProcessSplit};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Instant;
@@ -84,13 +82,10 @@ fn best_span<T>(
         .map(|(_, t)| t)
 }
 
-/// What completes a round: the sources and the analysis settings.
+/// What completes a round: the GPU series and what the fetches brought.
 pub struct Completion<'a> {
     pub gpu: Option<&'a GpuSource>,
     pub fetched: &'a Fetched,
-    pub ebpf: &'a SourceState,
-    pub verdict: &'a VerdictConfig,
-    pub headroom: &'a HeadroomConfig,
 }
 
 impl Completion<'_> {
@@ -107,11 +102,8 @@ impl Completion<'_> {
                 self.complete_gpu(g, a, b, &mut snap.workloads, &index);
             }
         }
-        let window = snap.window_seconds.filter(|w| *w > 0.0);
         for w in &mut snap.workloads {
             finish_workload_busy(w);
-            w.verdict = analysis::assess(w, window, self.ebpf, self.verdict);
-            w.oom_headroom = headroom::oom_headroom(w, &snap.gpus, self.headroom);
         }
         snap
     }

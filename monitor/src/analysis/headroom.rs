@@ -4,9 +4,9 @@
 //! `(available - baseline) / (used - baseline)` before it runs out — the seed's
 //! `max batch = 16 × (total - 2000 MiB) / (used - 2000 MiB)`, with the memory other processes
 //! hold taken out of the total.
-use crate::config::ByteSize;
 use crate::model::OomHeadroom;
 use crate::model::{Gpu, Workload};
+use crate::units::ByteSize;
 use serde::Deserialize;
 
 /// The config file's `headroom:` section.

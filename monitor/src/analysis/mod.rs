@@ -1,0 +1,25 @@
+//! The analysis: judges a round after the sampler has assembled it. Each workload gets its
+//! verdict (why its GPU is idle, or that it is not) and its OOM headroom; the snapshot arrives
+//! here with the facts only.
+pub mod headroom;
+pub mod verdict;
+
+use crate::model::Snapshot;
+pub use headroom::HeadroomConfig;
+pub use verdict::VerdictConfig;
+
+/// The settings of every judgement, from the config file's `verdict:` and `headroom:`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AnalysisConfig {
+    pub verdict: VerdictConfig,
+    pub headroom: HeadroomConfig,
+}
+
+/// Fills in each workload's verdict and OOM headroom.
+pub fn judge(snap: &mut Snapshot, config: &AnalysisConfig) {
+    let window = snap.window_seconds.filter(|w| *w > 0.0);
+    for w in &mut snap.workloads {
+        w.verdict = verdict::assess(w, window, &snap.sources.ebpf, &config.verdict);
+        w.oom_headroom = headroom::oom_headroom(w, &snap.gpus, &config.headroom);
+    }
+}
