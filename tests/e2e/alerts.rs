@@ -201,9 +201,12 @@ notify:
     // The trainer has GPU 0 (beside the ghost, which computes nothing); the DDP job runs on
     // GPUs 1 and 3, at 20 % and 90 % while sick. Each GPU's utilisation is what its processes
     // do (GPU 1's is fixed, as a device figure), so what the driver reports holds together.
-    let sick = |step: u64, ghost_listed: bool| {
+    // The trainer's GPU memory grows 100 MiB per 500 ms of real time (12,000 MiB/min), however
+    // late a loaded machine runs the loop that writes it.
+    let sick = |step: u64, elapsed: Duration, ghost_listed: bool| {
+        let grown = elapsed.as_millis() as u64 * 100 * MIB / 500;
         let mut gpu0 = vec![json!({"pid": trainer_pid,
-            "used_memory_bytes": 2 * GIB + step * 100 * MIB, "sm_util": 10})];
+            "used_memory_bytes": 2 * GIB + grown, "sm_util": 10})];
         if ghost_listed {
             gpu0.push(json!({"pid": ghost_pid, "used_memory_bytes": GIB}));
         }
@@ -229,7 +232,8 @@ notify:
         {"uuid": "GPU-alert-3", "memory_total_bytes": TOTAL,
          "processes": [{"pid": ddp_pid, "used_memory_bytes": 4 * GIB, "sm_util": 50}]}
     ]});
-    write_scenario(&scenario_path, &sick(0, true));
+    let leak_start = Instant::now();
+    write_scenario(&scenario_path, &sick(0, Duration::ZERO, true));
 
     let mut watch = gpuwatch(&scenario_path)
         .args(["-c"])
@@ -250,8 +254,7 @@ notify:
         }
     });
 
-    // Phase 1: everything goes wrong. The GPU memory of the trainer grows 100 MiB per 500 ms;
-    // the ghost's container is removed once the agent has seen it alive.
+    // Phase 1: everything goes wrong. The GPU memory of the trainer grows (see `sick`); the ghost's container is removed once the agent has seen it alive.
     let started = Instant::now();
     let mut step = 0;
     let mut ghost = Some(ghost);
@@ -263,7 +266,7 @@ notify:
         if step == 4 {
             drop(ghost.take()); // docker rm -f: the PID dies, the fake NVML keeps listing it
         }
-        write_scenario(&scenario_path, &sick(step, true));
+        write_scenario(&scenario_path, &sick(step, leak_start.elapsed(), true));
     }
     let fired = rules_seen(&receiver.bodies(), "firing");
     assert_eq!(
