@@ -1,0 +1,116 @@
+//! The layering rules of docs/architecture.md, held by reading the sources: what each layer
+//! may name with `crate::`. A rule broken here is a data flow that runs the wrong way.
+use std::path::{Path, PathBuf};
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The top-level modules a file names through `crate::` (in `use` lines and paths alike).
+fn named_modules(file: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(file).unwrap();
+    let mut names = Vec::new();
+    let mut rest = text.as_str();
+    while let Some(i) = rest.find("crate::") {
+        rest = &rest[i + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // `use crate::{a, b::c}`: every top-level name in the group
+            let end = group.find('}').unwrap_or(group.len());
+            for item in group[..end].split(',') {
+                let name: String = item
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                names.push(name);
+            }
+        } else {
+            names.push(
+                rest.chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect(),
+            );
+        }
+    }
+    names.retain(|n| !n.is_empty());
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Every file under `layer` (a module folder or file, relative to src/) names only `allowed`.
+fn layer_names_only(layer: &str, allowed: &[&str]) {
+    let root = src().join(layer);
+    let mut files = Vec::new();
+    if root.is_dir() {
+        rust_files(&root, &mut files);
+    } else {
+        files.push(root.with_extension("rs"));
+    }
+    assert!(!files.is_empty(), "no sources under {layer}");
+    let own = layer.split('/').next().unwrap();
+    for file in files {
+        for name in named_modules(&file) {
+            assert!(
+                name == own || allowed.contains(&name.as_str()),
+                "{} names crate::{name}: the {layer} layer may name only {allowed:?}",
+                file.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn the_model_and_the_units_import_nothing_above_them() {
+    layer_names_only("model", &[]);
+    layer_names_only("units", &[]);
+}
+
+#[test]
+fn sources_never_name_the_sampler_analysis_health_or_outputs() {
+    layer_names_only(
+        "sources",
+        &["model", "events", "kernel_btf", "caps", "tracefs"],
+    );
+}
+
+#[test]
+fn the_sampler_assembles_facts_and_judges_nothing() {
+    layer_names_only(
+        "sampler",
+        &[
+            "model",
+            "sources",
+            "events",
+            "attribution",
+            "cgroup",
+            "process_checks",
+            "busy_split",
+        ],
+    );
+}
+
+#[test]
+fn the_analysis_reads_the_model_only() {
+    layer_names_only("analysis", &["model", "units"]);
+}
+
+#[test]
+fn the_reader_of_the_rules_finds_what_it_checks() {
+    // The scanner itself: a file naming `crate::{a, b::c}` and `crate::d::e` names a, b and d.
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("x.rs");
+    std::fs::write(&f, "use crate::{a, b::c};\nfn f() { crate::d::e(); }\n").unwrap();
+    assert_eq!(named_modules(&f), ["a", "b", "d"]);
+}
