@@ -3,7 +3,7 @@
 //! alerts), redrawn each round, sortable and filterable from the keyboard. This module is the
 //! view: its state, its keys and how it draws one round; `main` runs the loop.
 use crate::health::alerts::{Alert, AlertState};
-use crate::model::Workload;
+use crate::model::{VerdictKind, Workload};
 use crate::output::prometheus::Exported;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::layout::{Constraint, Layout};
@@ -294,9 +294,11 @@ impl View {
                             }
                             _ => v.kind.label().to_owned(),
                         });
-                let verdict_style = match w.verdict.as_ref().map(|v| v.kind.label()) {
-                    Some(l) if l.starts_with("input-bound") => Style::default().fg(Color::Yellow),
-                    Some("GPU-bound") => Style::default().fg(Color::Green),
+                let verdict_style = match w.verdict.as_ref().map(|v| v.kind) {
+                    Some(VerdictKind::InputBoundIo | VerdictKind::InputBoundCpu) => {
+                        Style::default().fg(Color::Yellow)
+                    }
+                    Some(VerdictKind::GpuBound) => Style::default().fg(Color::Green),
                     _ => Style::default(),
                 };
                 Row::new(vec![

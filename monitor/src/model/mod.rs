@@ -13,7 +13,7 @@ mod workload;
 pub use container::{ContainerInfo, GpuDeviceRequest};
 pub use gpu::{DeviceReading, GpmState, ProcessKind, ProcessReading, SmActivity};
 pub use headroom::OomHeadroom;
-pub use verdict::{LoaderSummary, Verdict, VerdictKind};
+pub use verdict::{LoaderSummary, UnknownVerdict, Verdict, VerdictKind};
 pub use workload::{CgroupMode, WorkloadId, WorkloadKind};
 
 use serde::Serialize;

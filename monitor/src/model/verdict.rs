@@ -1,24 +1,31 @@
 //! A workload's verdict: why its GPU is idle (or that it is not), with the evidence. Filled in
 //! by the analysis after the round.
 use serde::Serialize;
+use std::fmt;
+use std::str::FromStr;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+/// What a workload's GPU time is bound by. Its label (`Display`, `FromStr`, the JSON and CSV
+/// value, the `verdict` label of the metrics) is spelled once, in [`VerdictKind::label`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum VerdictKind {
-    #[serde(rename = "input-bound: I/O")]
     InputBoundIo,
-    #[serde(rename = "input-bound: CPU")]
     InputBoundCpu,
-    #[serde(rename = "GPU-bound")]
     GpuBound,
-    #[serde(rename = "low SM activity")]
     LowSmActivity,
-    #[serde(rename = "idle")]
     Idle,
-    #[serde(rename = "unknown")]
     Unknown,
 }
 
 impl VerdictKind {
+    pub const ALL: [Self; 6] = [
+        Self::InputBoundIo,
+        Self::InputBoundCpu,
+        Self::GpuBound,
+        Self::LowSmActivity,
+        Self::Idle,
+        Self::Unknown,
+    ];
+
     pub fn label(self) -> &'static str {
         match self {
             Self::InputBoundIo => "input-bound: I/O",
@@ -28,6 +35,34 @@ impl VerdictKind {
             Self::Idle => "idle",
             Self::Unknown => "unknown",
         }
+    }
+}
+
+impl fmt::Display for VerdictKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// A verdict label that names no verdict (in a recording, say).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a verdict (one of: input-bound: I/O, input-bound: CPU, GPU-bound, low SM activity, idle, unknown)")]
+pub struct UnknownVerdict(pub String);
+
+impl FromStr for VerdictKind {
+    type Err = UnknownVerdict;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|k| k.label() == s)
+            .ok_or_else(|| UnknownVerdict(s.to_owned()))
+    }
+}
+
+impl Serialize for VerdictKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.label())
     }
 }
 
@@ -68,4 +103,26 @@ pub struct Verdict {
     pub evidence: Vec<String>,
     /// What to do about it.
     pub advice: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_label_parses_back_and_serialises_as_itself() {
+        for kind in VerdictKind::ALL {
+            assert_eq!(kind.label().parse::<VerdictKind>(), Ok(kind));
+            assert_eq!(kind.to_string(), kind.label());
+            assert_eq!(
+                serde_json::to_value(kind).unwrap(),
+                serde_json::Value::from(kind.label())
+            );
+        }
+        assert_eq!(VerdictKind::GpuBound.to_string(), "GPU-bound");
+        assert_eq!(
+            "gpu bound".parse::<VerdictKind>(),
+            Err(UnknownVerdict("gpu bound".into()))
+        );
+    }
 }

@@ -9,6 +9,7 @@
 //!
 //! Text is drawn with a bundled DejaVu Sans (through ab_glyph), so a machine without desktop
 //! fonts renders the same PNGs. SVGs name the family and leave the glyphs to the viewer.
+use crate::model::VerdictKind;
 use crate::recording::{Recording, WorkloadSeries};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -278,25 +279,18 @@ where
     Ok(())
 }
 
-/// Background colour of a verdict in the busy panel.
-fn verdict_color(v: &str) -> Option<RGBColor> {
-    match v {
-        "input-bound: I/O" => Some(RGBColor(253, 208, 162)),
-        "input-bound: CPU" => Some(RGBColor(218, 200, 240)),
-        "GPU-bound" => Some(RGBColor(199, 233, 192)),
-        "low SM activity" => Some(RGBColor(255, 237, 160)),
-        "idle" => Some(RGBColor(224, 224, 224)),
-        _ => None,
+/// Background colour of a verdict in the busy panel (none for `unknown`, or a label that names
+/// no verdict).
+fn verdict_color(label: &str) -> Option<RGBColor> {
+    match label.parse().ok()? {
+        VerdictKind::InputBoundIo => Some(RGBColor(253, 208, 162)),
+        VerdictKind::InputBoundCpu => Some(RGBColor(218, 200, 240)),
+        VerdictKind::GpuBound => Some(RGBColor(199, 233, 192)),
+        VerdictKind::LowSmActivity => Some(RGBColor(255, 237, 160)),
+        VerdictKind::Idle => Some(RGBColor(224, 224, 224)),
+        VerdictKind::Unknown => None,
     }
 }
-
-const VERDICTS: [&str; 5] = [
-    "input-bound: I/O",
-    "input-bound: CPU",
-    "GPU-bound",
-    "low SM activity",
-    "idle",
-];
 
 fn container_chart<DB: DrawingBackend>(
     rec: &Recording,
@@ -354,7 +348,7 @@ where
             .iter()
             .map(|(x0, x1, c)| Rectangle::new([(*x0, 0.0), (*x1, 100.0)], c.filled())),
     )?;
-    for v in VERDICTS {
+    for v in VerdictKind::ALL.map(VerdictKind::label) {
         if let Some(c) = verdict_color(v) {
             if bands.iter().any(|b| b.2 == c) {
                 busy.draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())?
