@@ -203,10 +203,10 @@ notify:
     // do (GPU 1's is fixed, as a device figure), so what the driver reports holds together.
     // The trainer's GPU memory grows 100 MiB per 500 ms of real time (12,000 MiB/min), however
     // late a loaded machine runs the loop that writes it.
+    let trainer_memory = |elapsed: Duration| 2 * GIB + elapsed.as_millis() as u64 * 100 * MIB / 500;
     let sick = |step: u64, elapsed: Duration, ghost_listed: bool| {
-        let grown = elapsed.as_millis() as u64 * 100 * MIB / 500;
         let mut gpu0 = vec![json!({"pid": trainer_pid,
-            "used_memory_bytes": 2 * GIB + grown, "sm_util": 10})];
+            "used_memory_bytes": trainer_memory(elapsed), "sm_util": 10})];
         if ghost_listed {
             gpu0.push(json!({"pid": ghost_pid, "used_memory_bytes": GIB}));
         }
@@ -223,15 +223,19 @@ notify:
              "processes": [{"pid": ddp_pid, "used_memory_bytes": 4 * GIB, "sm_util": 90}]}
         ]})
     };
-    let healthy = json!({"devices": [
-        {"uuid": "GPU-alert-0", "memory_total_bytes": TOTAL, "processes": [
-            {"pid": trainer_pid, "used_memory_bytes": 6 * GIB, "sm_util": 95}]},
-        {"uuid": "GPU-alert-1", "memory_total_bytes": TOTAL, "temperature": 50, "utilization_gpu": 50,
-         "processes": [{"pid": ddp_pid, "used_memory_bytes": 4 * GIB, "sm_util": 50}]},
-        {"uuid": "GPU-alert-2"},
-        {"uuid": "GPU-alert-3", "memory_total_bytes": TOTAL,
-         "processes": [{"pid": ddp_pid, "used_memory_bytes": 4 * GIB, "sm_util": 50}]}
-    ]});
+    // Healthy again: the leak stops where it got to (memory a leak took is not given back), so
+    // no step in the trainer's memory looks like growth.
+    let healthy = |trainer_memory: u64| {
+        json!({"devices": [
+            {"uuid": "GPU-alert-0", "memory_total_bytes": TOTAL, "processes": [
+                {"pid": trainer_pid, "used_memory_bytes": trainer_memory, "sm_util": 95}]},
+            {"uuid": "GPU-alert-1", "memory_total_bytes": TOTAL, "temperature": 50, "utilization_gpu": 50,
+             "processes": [{"pid": ddp_pid, "used_memory_bytes": 4 * GIB, "sm_util": 50}]},
+            {"uuid": "GPU-alert-2"},
+            {"uuid": "GPU-alert-3", "memory_total_bytes": TOTAL,
+             "processes": [{"pid": ddp_pid, "used_memory_bytes": 4 * GIB, "sm_util": 50}]}
+        ]})
+    };
     let leak_start = Instant::now();
     write_scenario(&scenario_path, &sick(0, Duration::ZERO, true));
 
@@ -257,16 +261,25 @@ notify:
     // Phase 1: everything goes wrong. The GPU memory of the trainer grows (see `sick`); the ghost's container is removed once the agent has seen it alive.
     let started = Instant::now();
     let mut step = 0;
+    let mut last_write = Duration::ZERO;
     let mut ghost = Some(ghost);
+    let mut removal = None;
     while rules_seen(&receiver.bodies(), "firing").len() < ALL_RULES.len()
         && started.elapsed() < Duration::from_secs(40)
     {
         std::thread::sleep(Duration::from_millis(500));
         step += 1;
         if step == 4 {
-            drop(ghost.take()); // docker rm -f: the PID dies, the fake NVML keeps listing it
+            // docker rm -f: the PID dies, the fake NVML keeps listing it. Off this loop: under
+            // load the removal takes seconds, and the leak must keep its steady cadence.
+            let g = ghost.take();
+            removal = Some(std::thread::spawn(move || drop(g)));
         }
-        write_scenario(&scenario_path, &sick(step, leak_start.elapsed(), true));
+        last_write = leak_start.elapsed();
+        write_scenario(&scenario_path, &sick(step, last_write, true));
+    }
+    if let Some(r) = removal {
+        r.join().unwrap();
     }
     let fired = rules_seen(&receiver.bodies(), "firing");
     assert_eq!(
@@ -278,7 +291,7 @@ notify:
 
     // Phase 2: all well again; the ghost's PID is no longer listed, the trainer stops leaking.
     docker(&["exec", &trainer.id, "touch", "/tmp/stop"]);
-    write_scenario(&scenario_path, &healthy);
+    write_scenario(&scenario_path, &healthy(trainer_memory(last_write)));
     let healed = Instant::now();
     while rules_seen(&receiver.bodies(), "resolved").len() < ALL_RULES.len()
         && healed.elapsed() < Duration::from_secs(40)
