@@ -6,8 +6,8 @@
 //! the given interval, and prints a table of the sampling thread's CPU time per round: the mean
 //! is the amortised cost, p99 a fetching round's. Built in release and carried to the GPU
 //! machine (it has no cargo).
-use gpuwatch::agent::{Agent, AgentConfig};
 use gpuwatch::events::EventCounters;
+use gpuwatch::runtime::{Agent, AgentConfig};
 use gpuwatch::sampler::SamplerConfig;
 use gpuwatch::sources::docker::DockerSourceConfig;
 use gpuwatch::sources::gpu::{GpuSource, GpuSourceConfig};

@@ -5,14 +5,12 @@
 //! [`attribution`] (PID → cgroup → workload) → [`model::Snapshot`] (built by
 //! [`sampler::Sampler`]) → [`analysis`] and [`health`] (verdicts, alerts, checks) → [`output`]
 //! and [`notify`]. [`config`] is the YAML file that sets all of it.
-pub mod agent;
 pub mod analysis;
 pub mod attribution;
 pub mod busy_split;
 pub mod caps;
 pub mod cgroup;
 pub mod config;
-pub mod daemon;
 pub mod events;
 pub mod health;
 pub mod kernel_btf;
@@ -21,6 +19,7 @@ pub mod notify;
 pub mod output;
 pub mod process_checks;
 pub mod recording;
+pub mod runtime;
 pub mod sampler;
 pub mod serve;
 pub mod sources;

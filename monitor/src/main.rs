@@ -1,10 +1,10 @@
 //! The `gpuwatch` command line.
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use gpuwatch::agent::{Agent, AgentConfig};
 use gpuwatch::analysis::AnalysisConfig;
 use gpuwatch::config::Config;
 use gpuwatch::output::table;
+use gpuwatch::runtime::{Agent, AgentConfig, Schedule};
 use gpuwatch::sampler::SamplerConfig;
 use gpuwatch::sources::docker::DockerSourceConfig;
 use gpuwatch::sources::gpu::GpuSourceConfig;
@@ -386,7 +386,8 @@ fn snapshot(args: &SnapshotArgs, config: &Config) -> Result<()> {
     let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
         .context("starting the agent")?;
     // The first round is the baseline; the second covers the window. The GPU series is
-    // fetched once at the end: the driver keeps ~14 s of it.
+    // fetched once at the end: the driver keeps ~14 s of it. (The log line is the end-to-end
+    // tests' signal that the baseline is taken.)
     agent.round();
     tracing::info!("baseline round taken; the window runs {:?}", args.window);
     let never = std::sync::atomic::AtomicBool::new(false);
@@ -431,14 +432,13 @@ fn record(args: &RecordArgs, config: &Config) -> Result<()> {
     // The config's alert rules run over the recording; their transitions are recorded too
     // (CSV `alert` rows), for `gpuwatch report`. Nothing is notified.
     let mut alerts = gpuwatch::health::alerts::AlertEngine::new(&config.alerts);
-    // The baseline: rates and the GPU series cover each interval from the first row on.
-    let _baseline = agent.round();
+    // The first round is the baseline: rates and the GPU series cover each interval from the
+    // first row on.
     if let RecordFormat::Csv = args.format {
         writeln!(out, "{}", gpuwatch::output::csv::header())
             .with_context(|| format!("writing {name}"))?;
     }
     let started = std::time::Instant::now();
-    let mut next = started + interval;
     let mut samples = 0u64;
     let mut write = |snap: &gpuwatch::model::Snapshot, samples: &mut u64| -> Result<()> {
         let round = alerts.evaluate(snap);
@@ -466,18 +466,14 @@ fn record(args: &RecordArgs, config: &Config) -> Result<()> {
     };
     // Rows come out as the GPU series covers them (every `sources.nvml_series_interval`); the
     // rounds still held at the end are completed and written before the command returns.
-    while agent.wait_until(next, &stop) {
-        for snap in agent.round() {
-            write(&snap, &mut samples)?;
-        }
-        if args.run.duration.is_some_and(|d| started.elapsed() >= d) {
-            break;
-        }
-        next += interval;
-    }
-    for snap in agent.flush() {
-        write(&snap, &mut samples)?;
-    }
+    let schedule = Schedule {
+        interval,
+        duration: args.run.duration,
+        first_round_out: false,
+    };
+    gpuwatch::runtime::rounds(&mut agent, schedule, &stop, |snap| {
+        write(&snap, &mut samples)
+    })?;
     out.flush().with_context(|| format!("writing {name}"))?;
     if progress {
         eprintln!();
@@ -507,14 +503,17 @@ fn doctor(args: &DoctorArgs, config: &Config) -> Result<()> {
     let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
         .context("starting the agent")?;
     // One snapshot per second over the window: start values, peaks and trends.
-    let started = std::time::Instant::now();
-    let mut snaps = agent.round();
-    let mut next = started + Duration::from_secs(1);
-    while next <= started + window && agent.wait_until(next, &stop) {
-        snaps.extend(agent.round());
-        next += Duration::from_secs(1);
-    }
-    snaps.extend(agent.flush());
+    let schedule = Schedule {
+        interval: Duration::from_secs(1),
+        duration: Some(window),
+        first_round_out: true,
+    };
+    let mut snaps = Vec::new();
+    gpuwatch::runtime::rounds(&mut agent, schedule, &stop, |s| {
+        snaps.push(s);
+        Ok::<_, std::convert::Infallible>(())
+    })
+    .unwrap_or_else(|e| match e {});
     let report = doctor::examine(&snaps, &config.doctor);
     let mut stdout = std::io::stdout().lock();
     if args.json {
@@ -539,7 +538,7 @@ fn watch(args: &WatchArgs, config: &Config) -> Result<()> {
     let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
         .context("starting the agent")?;
     let mut stdout = std::io::stdout().lock();
-    gpuwatch::daemon::run_rounds(
+    gpuwatch::runtime::daemon::run_rounds(
         &mut agent,
         config,
         interval,
@@ -613,7 +612,7 @@ fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
     let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
         .context("starting the agent")?;
     let mut xid_totals: BTreeMap<u32, u64> = BTreeMap::new();
-    let result = gpuwatch::daemon::run_rounds(
+    let result = gpuwatch::runtime::daemon::run_rounds(
         &mut agent,
         config,
         interval,

@@ -4,14 +4,14 @@
 //! out as their GPU series arrives (every `series_interval`), several at a time, in order; the
 //! rules go by each snapshot's own time. It ends on `stop`, at `duration`, or on the caller's
 //! error; the notifier then gets a few seconds to drain.
-use crate::agent::Agent;
+use super::{rounds, Agent, Schedule};
 use crate::config::Config;
 use crate::events::InternalEvent;
 use crate::health::alerts::{AlertEngine, RoundOutcome};
 use crate::model::Snapshot;
 use crate::notify::Notifier;
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long queued notifications may take to go out at the end.
 const NOTIFY_DRAIN: Duration = Duration::from_secs(5);
@@ -24,16 +24,15 @@ pub fn run_rounds<E>(
     stop: &AtomicBool,
     mut each: impl FnMut(Snapshot, &RoundOutcome, &AlertEngine) -> Result<(), E>,
 ) -> Result<(), E> {
-    let started = Instant::now();
-    let mut snaps = agent.round();
-    let hostname = snaps
-        .first()
-        .map_or_else(String::new, |s| s.host.hostname.clone());
     let events = agent.events.clone();
-    let notifier = Notifier::start(&config.notify, &hostname, events.clone());
+    // Started at the first snapshot, which names the host the notifications come from.
+    let mut notifier: Option<Notifier> = None;
     let mut engine = AlertEngine::new(&config.alerts);
     // One completed snapshot: the rules, the notifications, then the caller.
-    let mut handle = |snap: Snapshot| -> Result<(), E> {
+    let handle = |snap: Snapshot| -> Result<(), E> {
+        let notifier = notifier.get_or_insert_with(|| {
+            Notifier::start(&config.notify, &snap.host.hostname, events.clone())
+        });
         let round = engine.evaluate(&snap);
         for a in &round.notify {
             notifier.send(a);
@@ -47,18 +46,14 @@ pub fn run_rounds<E>(
         // The snapshot is the caller's now (to print, or to publish without a copy).
         each(snap, &round, &engine)
     };
-    let mut next = started + interval;
-    let result = loop {
-        if let Err(e) = snaps.into_iter().try_for_each(&mut handle) {
-            break Err(e);
-        }
-        if duration.is_some_and(|d| started.elapsed() >= d) || !agent.wait_until(next, stop) {
-            // The rounds still waiting for their GPU series go through the rules too.
-            break agent.flush().into_iter().try_for_each(&mut handle);
-        }
-        next += interval;
-        snaps = agent.round();
+    let schedule = Schedule {
+        interval,
+        duration,
+        first_round_out: true,
     };
-    notifier.shutdown(NOTIFY_DRAIN);
+    let result = rounds(agent, schedule, stop, handle);
+    if let Some(n) = notifier {
+        n.shutdown(NOTIFY_DRAIN);
+    }
     result
 }

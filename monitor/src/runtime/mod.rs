@@ -1,0 +1,8 @@
+//! The runtime: starts the sources ([`Agent`]) and runs the one loop of rounds every command
+//! shares ([`rounds`]); [`daemon`] adds the alert rules and notifications for `watch` and `serve`.
+pub mod agent;
+pub mod daemon;
+mod rounds;
+
+pub use agent::{Agent, AgentConfig};
+pub use rounds::{rounds, Schedule};
