@@ -107,6 +107,29 @@ fn the_analysis_reads_the_model_only() {
 }
 
 #[test]
+fn nothing_below_the_runtime_names_it() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let top = [
+        src().join("runtime"),
+        src().join("cli"),
+        src().join("main.rs"),
+    ];
+    for file in files
+        .iter()
+        .filter(|f| !top.iter().any(|t| f.starts_with(t)))
+    {
+        assert!(
+            !named_modules(file)
+                .iter()
+                .any(|n| n == "runtime" || n == "cli"),
+            "{} names the runtime or the command line, which sit above every stage",
+            file.display()
+        );
+    }
+}
+
+#[test]
 fn the_reader_of_the_rules_finds_what_it_checks() {
     // The scanner itself: a file naming `crate::{a, b::c}` and `crate::d::e` names a, b and d.
     let dir = tempfile::tempdir().unwrap();

@@ -1,0 +1,57 @@
+//! `gpuwatch doctor`: the health checklist over a window; exits with [`super::EXIT_AT_RISK`]
+//! when something is at risk.
+use super::{stop_on_signals, SourceArgs, EXIT_AT_RISK};
+use anyhow::{Context, Result};
+use clap::Args;
+use gpuwatch::config::Config;
+use gpuwatch::output::table;
+use gpuwatch::runtime::{Agent, Schedule};
+use std::io::Write;
+use std::time::Duration;
+
+#[derive(Args)]
+pub(crate) struct DoctorArgs {
+    #[command(flatten)]
+    pub(crate) sources: SourceArgs,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// How long to sample (default: the config's `doctor.window`, 5 s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub(crate) window: Option<Duration>,
+}
+
+pub(crate) fn doctor(args: &DoctorArgs, config: &Config) -> Result<()> {
+    use gpuwatch::health::doctor::{self, Status};
+    let window = args.window.unwrap_or(config.doctor.window);
+    let stop = stop_on_signals()?;
+    let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
+        .context("starting the agent")?;
+    // One snapshot per second over the window: start values, peaks and trends.
+    let schedule = Schedule {
+        interval: Duration::from_secs(1),
+        duration: Some(window),
+        first_round_out: true,
+    };
+    let mut snaps = Vec::new();
+    gpuwatch::runtime::rounds(&mut agent, schedule, &stop, |s| {
+        snaps.push(s);
+        Ok::<_, std::convert::Infallible>(())
+    })
+    .unwrap_or_else(|e| match e {});
+    let report = doctor::examine(&snaps, &config.doctor);
+    let mut stdout = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut stdout, &report).context("writing JSON")?;
+        writeln!(stdout).context("writing JSON")?;
+    } else {
+        stdout
+            .write_all(table::render_doctor(&report).as_bytes())
+            .context("writing the table")?;
+    }
+    stdout.flush().context("writing the report")?;
+    if report.status == Status::Risk {
+        std::process::exit(EXIT_AT_RISK.into());
+    }
+    Ok(())
+}

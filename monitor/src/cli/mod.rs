@@ -1,0 +1,186 @@
+//! The command line: the arguments every command shares, and one file per command.
+pub(crate) mod check_config;
+pub(crate) mod doctor;
+pub(crate) mod record;
+pub(crate) mod report;
+pub(crate) mod serve;
+pub(crate) mod snapshot;
+pub(crate) mod top;
+pub(crate) mod watch;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use doctor::DoctorArgs;
+use gpuwatch::analysis::AnalysisConfig;
+use gpuwatch::config::Config;
+use gpuwatch::runtime::AgentConfig;
+use gpuwatch::sampler::SamplerConfig;
+use gpuwatch::sources::docker::DockerSourceConfig;
+use gpuwatch::sources::gpu::GpuSourceConfig;
+use record::RecordArgs;
+use report::{PlotArgs, ReportArgs};
+use serve::ServeArgs;
+use snapshot::SnapshotArgs;
+use std::path::PathBuf;
+use std::time::Duration;
+use top::TopArgs;
+use watch::WatchArgs;
+
+#[derive(Parser)]
+#[command(
+    name = "gpuwatch",
+    version,
+    about = "Which container uses which GPU, how much, and why it idles"
+)]
+pub(crate) struct Cli {
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub(crate) log_format: LogFormat,
+    /// Log filter (tracing-subscriber syntax), e.g. `info`, `gpuwatch=debug`.
+    #[arg(long, env = "GPUWATCH_LOG", default_value = "warn", global = true)]
+    pub(crate) log: String,
+    /// The YAML config file (docs/config.md); without one, the defaults.
+    #[arg(long, short = 'c', env = "GPUWATCH_CONFIG", global = true)]
+    pub(crate) config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Sample the host over one window and print every running container and GPU.
+    Snapshot(SnapshotArgs),
+    /// Record a sample every interval to CSV or JSON Lines, until --duration or Ctrl-C/SIGTERM.
+    Record(RecordArgs),
+    /// Check the host and every GPU container against the health checklist; exits 2 when
+    /// something is at risk, so it can gate a training launch.
+    Doctor(DoctorArgs),
+    /// Evaluate the alert rules every interval and send notifications (log, webhook, command),
+    /// until --duration or Ctrl-C/SIGTERM; prints each alert as it fires and resolves.
+    Watch(WatchArgs),
+    /// Run the agent as a service: a Prometheus endpoint, a JSON API and the alert rules, until
+    /// Ctrl-C/SIGTERM.
+    Serve(ServeArgs),
+    /// Draw charts from a CSV recording: per GPU temperature against memory use (the seed
+    /// article's chart), per container GPU busy with the verdict shaded, GPU memory and the
+    /// loader-stall share.
+    Plot(PlotArgs),
+    /// Summarise a CSV recording per container and per GPU: GPU-hours, memory, utilisation
+    /// distribution, verdicts, alerts, OOM headroom, with the charts.
+    Report(ReportArgs),
+    /// A live view of GPUs and containers, refreshed every interval (q quits, s sorts, r
+    /// reverses, / filters, g shows GPU holders only). Logging is off while it runs: the
+    /// header shows each source's state.
+    Top(TopArgs),
+    /// Print a shell completion script (e.g. `gpuwatch completions bash >
+    /// /etc/bash_completion.d/gpuwatch`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) to stdout (e.g. `gpuwatch man > /usr/local/share/man/man1/gpuwatch.1`).
+    Man,
+    /// Validate a config file without running anything.
+    CheckConfig {
+        /// The YAML file to check.
+        file: PathBuf,
+    },
+}
+
+/// How long a continuous command runs, and how often it samples.
+#[derive(Args)]
+pub(crate) struct RunArgs {
+    /// Time between samples (default: the config's `interval`, 1 s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub(crate) interval: Option<Duration>,
+    /// Stop after this long (default: until Ctrl-C or SIGTERM).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub(crate) duration: Option<Duration>,
+}
+
+impl RunArgs {
+    /// The interval: the flag, else the config's; never zero.
+    pub(crate) fn interval(&self, config: &Config) -> Result<Duration> {
+        let interval = self.interval.unwrap_or(config.interval);
+        anyhow::ensure!(!interval.is_zero(), "--interval must be more than 0");
+        Ok(interval)
+    }
+}
+
+/// Where the agent gets its data; each flag overrides the config file's `sources:`.
+#[derive(Args)]
+pub(crate) struct SourceArgs {
+    /// NVML library to load (default: libnvidia-ml.so.1 from the loader path).
+    #[arg(long, env = "GPUWATCH_NVML_LIB")]
+    pub(crate) nvml_lib: Option<PathBuf>,
+    /// Do not use NVML.
+    #[arg(long)]
+    pub(crate) no_nvml: bool,
+    /// Docker daemon socket (default: /var/run/docker.sock).
+    #[arg(long, env = "GPUWATCH_DOCKER_SOCKET")]
+    pub(crate) docker_socket: Option<PathBuf>,
+    /// Do not use Docker (identities from cgroups only).
+    #[arg(long)]
+    pub(crate) no_docker: bool,
+    /// Do not load the eBPF probes.
+    #[arg(long)]
+    pub(crate) no_ebpf: bool,
+    /// The proc filesystem to read (for an agent in a container with the host's /proc mounted).
+    #[arg(long)]
+    pub(crate) proc_root: Option<PathBuf>,
+}
+
+impl SourceArgs {
+    pub(crate) fn agent_config(&self, config: &Config) -> AgentConfig {
+        let mut src = config.sources.clone();
+        src.nvml &= !self.no_nvml;
+        src.docker &= !self.no_docker;
+        src.ebpf &= !self.no_ebpf;
+        if let Some(p) = &self.nvml_lib {
+            src.nvml_lib = Some(p.clone());
+        }
+        if let Some(p) = &self.docker_socket {
+            src.docker_socket = p.clone();
+        }
+        if let Some(p) = &self.proc_root {
+            src.proc_root = p.clone();
+        }
+        AgentConfig {
+            sampler: SamplerConfig {
+                gpu: src.nvml.then(|| GpuSourceConfig {
+                    lib_path: src.nvml_lib.clone(),
+                }),
+                probes: src.ebpf,
+                proc_root: src.proc_root.clone(),
+                series_interval: src.nvml_series_interval,
+                ..SamplerConfig::default()
+            },
+            analysis: AnalysisConfig {
+                verdict: config.verdict,
+                headroom: config.headroom,
+            },
+            docker: src.docker.then(|| DockerSourceConfig {
+                socket: src.docker_socket.clone(),
+                ..DockerSourceConfig::default()
+            }),
+        }
+    }
+}
+
+/// A flag set by SIGINT or SIGTERM.
+pub(crate) fn stop_on_signals() -> Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
+    }
+    Ok(stop)
+}
+
+/// Exit status of `doctor` when a check is at risk (1 stays "the command failed").
+pub(crate) const EXIT_AT_RISK: u8 = 2;

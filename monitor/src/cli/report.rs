@@ -1,0 +1,138 @@
+//! `gpuwatch plot` and `gpuwatch report`: charts and summaries from a CSV recording.
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub(crate) struct PlotArgs {
+    /// A CSV recording (`gpuwatch record -o gpu_log.csv`).
+    pub(crate) recording: PathBuf,
+    /// Where to write the charts (created if missing).
+    #[arg(long, short, default_value = "plots")]
+    pub(crate) output: PathBuf,
+    /// Image formats.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [gpuwatch::output::plot::Format::Png, gpuwatch::output::plot::Format::Svg])]
+    pub(crate) format: Vec<gpuwatch::output::plot::Format>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum ReportFormat {
+    /// Markdown, with PNG charts written beside it (see --plots).
+    Markdown,
+    /// One self-contained HTML page, charts inlined as SVG.
+    Html,
+    Json,
+}
+
+#[derive(Args)]
+pub(crate) struct ReportArgs {
+    /// A CSV recording (`gpuwatch record -o gpu_log.csv`).
+    pub(crate) recording: PathBuf,
+    #[arg(long, value_enum, default_value_t = ReportFormat::Markdown)]
+    pub(crate) format: ReportFormat,
+    /// Where to write the report; `-` is standard output.
+    #[arg(long, short, default_value = "-")]
+    pub(crate) output: PathBuf,
+    /// Where the Markdown report's PNG charts go (default: `<output>-plots`, or `report-plots`
+    /// when writing to standard output).
+    #[arg(long)]
+    pub(crate) plots: Option<PathBuf>,
+}
+
+pub(crate) fn plot(args: &PlotArgs) -> Result<()> {
+    let rec = gpuwatch::recording::read(&args.recording)?;
+    let files = gpuwatch::output::plot::plot_all(&rec, &args.output, &args.format)?;
+    for f in files {
+        println!("{}", f.display());
+    }
+    Ok(())
+}
+
+pub(crate) fn report(args: &ReportArgs) -> Result<()> {
+    use gpuwatch::output::plot::{self, Format};
+    use gpuwatch::output::report;
+    let rec = gpuwatch::recording::read(&args.recording)?;
+    let name = args.recording.file_name().map_or_else(
+        || args.recording.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let summary = report::summarise(&rec, &name);
+    let to_stdout = args.output.as_os_str() == "-";
+    let chart_key = |file: &std::path::Path| {
+        file.file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    // `container-<name>` / `gpu<N>-temperature-memory` → the key the report asks for.
+    let key_for = |k: &str| {
+        if let Some(rest) = k.strip_prefix("gpu") {
+            if rest.chars().all(|c| c.is_ascii_digit()) {
+                return format!("{k}-temperature-memory");
+            }
+        }
+        format!("container-{}", plot::file_name(k))
+    };
+    let text = match args.format {
+        ReportFormat::Json => {
+            serde_json::to_string_pretty(&summary).context("encoding the report")? + "\n"
+        }
+        ReportFormat::Markdown => {
+            let plots = args.plots.clone().unwrap_or_else(|| {
+                if to_stdout {
+                    PathBuf::from("report-plots")
+                } else {
+                    let mut p = args.output.clone().into_os_string();
+                    p.push("-plots");
+                    PathBuf::from(p)
+                }
+            });
+            let files = plot::plot_all(&rec, &plots, &[Format::Png])?;
+            // Links relative to where the Markdown lands.
+            let base = if to_stdout {
+                PathBuf::from(".")
+            } else {
+                args.output
+                    .parent()
+                    .map(std::path::Path::to_owned)
+                    .unwrap_or_default()
+            };
+            report::markdown(&summary, &|k| {
+                let want = key_for(k);
+                files
+                    .iter()
+                    .find(|f| chart_key(f) == want)
+                    .map(|f| f.strip_prefix(&base).unwrap_or(f).display().to_string())
+            })
+        }
+        ReportFormat::Html => {
+            let dir = tempfile_dir()?;
+            let files = plot::plot_all(&rec, &dir, &[Format::Svg])?;
+            let page = report::html(&summary, &|k| {
+                let want = key_for(k);
+                let f = files.iter().find(|f| chart_key(f) == want)?;
+                let svg = std::fs::read_to_string(f).ok()?;
+                // Inline: drop the XML declaration, keep the <svg> element.
+                Some(svg[svg.find("<svg").unwrap_or(0)..].to_owned())
+            });
+            let _ = std::fs::remove_dir_all(&dir);
+            page
+        }
+    };
+    if to_stdout {
+        std::io::stdout()
+            .write_all(text.as_bytes())
+            .context("writing the report")?;
+    } else {
+        std::fs::write(&args.output, text)
+            .with_context(|| format!("writing {}", args.output.display()))?;
+    }
+    Ok(())
+}
+
+/// A fresh private directory for intermediate files.
+pub(crate) fn tempfile_dir() -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("gpuwatch-report-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}

@@ -1,0 +1,94 @@
+//! `gpuwatch serve`: the agent as a service: Prometheus metrics, the JSON API, the alert rules.
+use super::{stop_on_signals, RunArgs, SourceArgs};
+use anyhow::{Context, Result};
+use clap::Args;
+use gpuwatch::config::Config;
+use gpuwatch::runtime::Agent;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Args)]
+pub(crate) struct ServeArgs {
+    #[command(flatten)]
+    pub(crate) sources: SourceArgs,
+    /// Address to listen on (host:port; `0.0.0.0:9879` for every interface).
+    #[arg(long = "web.listen-address", default_value = "127.0.0.1:9879")]
+    pub(crate) listen_address: String,
+    /// Exporter web-config file: TLS (`tls_server_config`) and basic auth
+    /// (`basic_auth_users`, bcrypt), as Prometheus exporters read it.
+    #[arg(long = "web.config.file")]
+    pub(crate) web_config_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) run: RunArgs,
+}
+
+pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
+    use gpuwatch::output::prometheus::Exported;
+    use gpuwatch::serve::web_config::{BasicAuth, WebConfig};
+    use gpuwatch::serve::{Published, Site};
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, RwLock};
+    let interval = args.run.interval(config)?;
+    let web = match &args.web_config_file {
+        Some(p) => WebConfig::load(p)?.0,
+        None => WebConfig::default(),
+    };
+    let tls = web.tls()?;
+    let mut headers = Vec::new();
+    for (k, v) in web.http_server_config.iter().flat_map(|h| &h.headers) {
+        let name = hyper::header::HeaderName::from_bytes(k.as_bytes())
+            .with_context(|| format!("web config: header name {k:?}"))?;
+        let value = hyper::header::HeaderValue::from_str(v)
+            .with_context(|| format!("web config: value of header {k}"))?;
+        headers.push((name, value));
+    }
+    let published: Published = Arc::new(RwLock::new(None));
+    let site = Arc::new(Site {
+        published: published.clone(),
+        auth: BasicAuth::new(web.basic_auth_users.clone()),
+        headers,
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("gpuwatch-http")
+        .enable_all()
+        .build()
+        .context("starting the HTTP runtime")?;
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind(&args.listen_address))
+        .with_context(|| format!("listening on {}", args.listen_address))?;
+    let bound = listener
+        .local_addr()
+        .context("reading the listening address")?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    eprintln!("gpuwatch serve: listening on {scheme}://{bound}");
+    let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
+    runtime.spawn(gpuwatch::serve::run(listener, tls, site, shutdown_rx));
+
+    let stop = stop_on_signals()?;
+    let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
+        .context("starting the agent")?;
+    let mut xid_totals: BTreeMap<u32, u64> = BTreeMap::new();
+    let result = gpuwatch::runtime::daemon::run_rounds(
+        &mut agent,
+        config,
+        interval,
+        args.run.duration,
+        &stop,
+        |snap, _, engine| -> Result<()> {
+            gpuwatch::output::prometheus::count_xids(&mut xid_totals, &snap);
+            let exported = Arc::new(Exported {
+                snapshot: snap,
+                alerts: engine.active(),
+                xid_totals: xid_totals.clone(),
+            });
+            if let Ok(mut p) = published.write() {
+                *p = Some(exported);
+            }
+            Ok(())
+        },
+    );
+    let _ = shutdown.send(true);
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    result
+}

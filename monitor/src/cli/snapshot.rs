@@ -1,0 +1,47 @@
+//! `gpuwatch snapshot`: one window, every container and GPU, as a table or JSON.
+use super::SourceArgs;
+use anyhow::{Context, Result};
+use clap::Args;
+use gpuwatch::config::Config;
+use gpuwatch::output::table;
+use gpuwatch::runtime::Agent;
+use std::io::Write;
+use std::time::Duration;
+
+#[derive(Args)]
+pub(crate) struct SnapshotArgs {
+    #[command(flatten)]
+    pub(crate) sources: SourceArgs,
+    /// Print JSON (schema: docs/snapshot-schema.md) instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// How long to sample: rates (CPU cores, SM utilisation, switches) cover this window.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration, overrides_with = "window")]
+    pub(crate) window: Duration,
+}
+
+pub(crate) fn snapshot(args: &SnapshotArgs, config: &Config) -> Result<()> {
+    let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
+        .context("starting the agent")?;
+    // The first round is the baseline; the second covers the window. The GPU series is
+    // fetched once at the end: the driver keeps ~14 s of it. (The log line is the end-to-end
+    // tests' signal that the baseline is taken.)
+    agent.round();
+    tracing::info!("baseline round taken; the window runs {:?}", args.window);
+    let never = std::sync::atomic::AtomicBool::new(false);
+    agent.wait_until(std::time::Instant::now() + args.window, &never);
+    // The window's round: complete at once without a GPU series, else once flushed.
+    let mut rounds = agent.round();
+    rounds.extend(agent.flush());
+    let snap = rounds.pop().context("the sampler returned no round")?;
+    let mut stdout = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut stdout, &snap).context("writing JSON")?;
+        writeln!(stdout).context("writing JSON")?;
+    } else {
+        stdout
+            .write_all(table::render_snapshot(&snap).as_bytes())
+            .context("writing the table")?;
+    }
+    Ok(())
+}

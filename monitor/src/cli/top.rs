@@ -1,0 +1,96 @@
+//! `gpuwatch top`: the live view.
+use super::{stop_on_signals, RunArgs, SourceArgs};
+use anyhow::{Context, Result};
+use clap::Args;
+use gpuwatch::config::Config;
+use gpuwatch::runtime::Agent;
+use std::time::Duration;
+
+#[derive(Args)]
+pub(crate) struct TopArgs {
+    #[command(flatten)]
+    pub(crate) sources: SourceArgs,
+    #[command(flatten)]
+    pub(crate) run: RunArgs,
+}
+
+pub(crate) fn top(args: &TopArgs, config: &Config) -> Result<()> {
+    use gpuwatch::health::alerts::AlertEngine;
+    use gpuwatch::output::prometheus::Exported;
+    use gpuwatch::top::View;
+    use ratatui::crossterm::event::{self, Event, KeyEventKind};
+    use std::collections::BTreeMap;
+    use std::io::IsTerminal;
+    use std::sync::atomic::Ordering;
+    use std::time::Instant;
+    let interval = args.run.interval(config)?;
+    anyhow::ensure!(
+        std::io::stdout().is_terminal(),
+        "gpuwatch top needs a terminal; use `gpuwatch snapshot` or `record` in scripts"
+    );
+    let stop = stop_on_signals()?;
+    // The live view fetches the GPU series every round (~2 ms a GPU per fetch): a published
+    // round then lags by one interval, not by the series interval.
+    let mut agent_config = args.sources.agent_config(config);
+    agent_config.sampler.series_interval = interval;
+    let mut agent =
+        Agent::start(&agent_config, Duration::from_secs(3)).context("starting the agent")?;
+    let mut engine = AlertEngine::new(&config.alerts);
+    let mut xid_totals: BTreeMap<u32, u64> = BTreeMap::new();
+    // Each round's completed snapshots through the rules; the newest is shown.
+    let mut publish = |agent: &mut Agent, shown: Option<Exported>| -> Option<Exported> {
+        let mut latest = shown;
+        for snapshot in agent.round() {
+            engine.evaluate(&snapshot);
+            gpuwatch::output::prometheus::count_xids(&mut xid_totals, &snapshot);
+            latest = Some(Exported {
+                snapshot,
+                alerts: engine.active(),
+                xid_totals: xid_totals.clone(),
+            });
+        }
+        latest
+    };
+    let mut view = View::new(std::env::var_os("NO_COLOR").is_none());
+    let mut exported = publish(&mut agent, None).context("the first round did not complete")?;
+    let mut terminal = ratatui::try_init().context("opening the terminal")?;
+    let result = (|| -> Result<()> {
+        let tick = Duration::from_millis(250);
+        let started = Instant::now();
+        let mut next = Instant::now() + interval;
+        loop {
+            terminal
+                .draw(|f| view.draw(f, &exported))
+                .context("drawing")?;
+            loop {
+                if stop.load(Ordering::Relaxed)
+                    || args.run.duration.is_some_and(|d| started.elapsed() >= d)
+                {
+                    return Ok(());
+                }
+                // Wake for a key, the next round, or a signal check.
+                let wake = next.min(Instant::now() + tick);
+                if event::poll(wake.saturating_duration_since(Instant::now()))
+                    .context("reading the keyboard")?
+                {
+                    if let Event::Key(k) = event::read().context("reading the keyboard")? {
+                        if k.kind == KeyEventKind::Press && !view.key(k) {
+                            return Ok(());
+                        }
+                    }
+                    break; // redraw for the key (or a resize)
+                }
+                let now = Instant::now();
+                if now >= next {
+                    if let Some(e) = publish(&mut agent, None) {
+                        exported = e;
+                    }
+                    next = (next + interval).max(now);
+                    break;
+                }
+            }
+        }
+    })();
+    ratatui::restore();
+    result
+}

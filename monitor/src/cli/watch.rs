@@ -1,0 +1,54 @@
+//! `gpuwatch watch`: the alert rules every interval, each transition printed and notified.
+use super::{stop_on_signals, RunArgs, SourceArgs};
+use anyhow::{Context, Result};
+use clap::Args;
+use gpuwatch::config::Config;
+use gpuwatch::output::table;
+use gpuwatch::runtime::Agent;
+use std::io::Write;
+use std::time::Duration;
+
+#[derive(Args)]
+pub(crate) struct WatchArgs {
+    #[command(flatten)]
+    pub(crate) sources: SourceArgs,
+    #[command(flatten)]
+    pub(crate) run: RunArgs,
+    /// Print each transition as a JSON line (the webhook's body) instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+pub(crate) fn watch(args: &WatchArgs, config: &Config) -> Result<()> {
+    use gpuwatch::notify::Notification;
+    let interval = args.run.interval(config)?;
+    let stop = stop_on_signals()?;
+    let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
+        .context("starting the agent")?;
+    let mut stdout = std::io::stdout().lock();
+    gpuwatch::runtime::daemon::run_rounds(
+        &mut agent,
+        config,
+        interval,
+        args.run.duration,
+        &stop,
+        |snap, round, _| -> Result<()> {
+            for a in &round.notify {
+                if args.json {
+                    let n = Notification {
+                        version: 1,
+                        status: a.state,
+                        host: &snap.host.hostname,
+                        alert: a,
+                    };
+                    serde_json::to_writer(&mut stdout, &n).context("writing to stdout")?;
+                    writeln!(stdout).context("writing to stdout")?;
+                } else {
+                    writeln!(stdout, "{}", table::render_alert_line(a))
+                        .context("writing to stdout")?;
+                }
+            }
+            stdout.flush().context("writing to stdout")
+        },
+    )
+}
