@@ -166,18 +166,44 @@ fn plots_and_reports_a_real_recording() {
         .join(format!("report.md-plots/container-{}.png", c.name))
         .exists());
     let html = dir.path().join("report.html");
-    let out = gpuwatch(
-        &[
-            "report",
-            csv.to_str().unwrap(),
-            "--format",
-            "html",
-            "-o",
-            html.to_str().unwrap(),
-        ],
-        None,
+    // The charts go through a private temporary directory: where another user planted the old
+    // predictable name (`gpuwatch-report-<pid>`, here for every pid this host can give, up to
+    // 65,536) nothing is written through it, and nothing is left behind.
+    let tmp = tempfile::tempdir().unwrap();
+    let planted = tempfile::tempdir().unwrap();
+    let pid_max: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let links = pid_max.min(65_536);
+    for pid in 1..=links {
+        let _ = std::os::unix::fs::symlink(
+            planted.path(),
+            tmp.path().join(format!("gpuwatch-report-{pid}")),
+        );
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        .args(["report", csv.to_str().unwrap(), "--format", "html", "-o"])
+        .arg(&html)
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success());
+    assert_eq!(
+        std::fs::read_dir(planted.path()).unwrap().count(),
+        0,
+        "nothing written through a planted link"
+    );
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        links as usize,
+        "only the planted links are left in TMPDIR"
+    );
     let page = std::fs::read_to_string(&html).unwrap();
     assert_eq!(page.matches("<svg").count(), 2, "both charts inlined");
     assert!(

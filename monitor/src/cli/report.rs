@@ -106,8 +106,8 @@ pub(crate) fn report(args: &ReportArgs) -> Result<()> {
             })
         }
         ReportFormat::Html => {
-            let dir = tempfile_dir()?;
-            let files = plot::plot_all(&rec, &dir, &[Format::Svg])?;
+            let dir = private_temp_dir()?;
+            let files = plot::plot_all(&rec, dir.path(), &[Format::Svg])?;
             let page = report::html(&summary, &|k| {
                 let want = key_for(k);
                 let f = files.iter().find(|f| chart_key(f) == want)?;
@@ -115,7 +115,6 @@ pub(crate) fn report(args: &ReportArgs) -> Result<()> {
                 // Inline: drop the XML declaration, keep the <svg> element.
                 Some(svg[svg.find("<svg").unwrap_or(0)..].to_owned())
             });
-            let _ = std::fs::remove_dir_all(&dir);
             page
         }
     };
@@ -131,8 +130,10 @@ pub(crate) fn report(args: &ReportArgs) -> Result<()> {
 }
 
 /// A fresh private directory for intermediate files.
-pub(crate) fn tempfile_dir() -> Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("gpuwatch-report-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    Ok(dir)
+pub(crate) fn private_temp_dir() -> Result<tempfile::TempDir> {
+    // mkdtemp: a name no other user can guess or plant first, mode 0700, removed on drop.
+    tempfile::Builder::new()
+        .prefix("gpuwatch-report-")
+        .tempdir()
+        .context("creating a private temporary directory")
 }
