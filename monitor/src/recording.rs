@@ -141,9 +141,19 @@ pub fn parse(input: impl std::io::Read, path: &Path) -> Result<Recording, Record
             if t.is_empty() {
                 return Ok(None);
             }
-            t.parse::<f64>()
-                .map(Some)
-                .map_err(|_| malformed(line, format!("column {name}: {t:?} is not a number")))
+            match t.parse::<f64>() {
+                Ok(v) if v.is_finite() => Ok(Some(v)),
+                // `inf`, `NaN` and `1e309` parse, but no gauge is infinite, and a chart's axis
+                // over one never ends.
+                Ok(_) => Err(malformed(
+                    line,
+                    format!("column {name}: {t:?} is not a finite number"),
+                )),
+                Err(_) => Err(malformed(
+                    line,
+                    format!("column {name}: {t:?} is not a number"),
+                )),
+            }
         };
         let unix_ms = num("unix_ms")?
             .ok_or_else(|| malformed(line, "column unix_ms is empty".into()))?
@@ -254,6 +264,20 @@ mod tests {
             e.to_string(),
             "r.csv: line 2: column temperature_celsius: \"hot\" is not a number"
         );
+        for (cell, shown) in [
+            ("inf", "\"inf\""),
+            ("1e309", "\"1e309\""),
+            ("NaN", "\"NaN\""),
+        ] {
+            let bad = text.replace(",40,", &format!(",{cell},"));
+            let e = parse(bad.as_bytes(), Path::new("r.csv")).expect_err("not finite");
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "r.csv: line 2: column temperature_celsius: {shown} is not a finite number"
+                )
+            );
+        }
         let e = parse("a,b\n1,2\n".as_bytes(), Path::new("x.csv")).expect_err("foreign CSV");
         assert!(
             e.to_string().contains("not a gpuwatch CSV recording"),

@@ -212,11 +212,8 @@ fn plots_and_reports_a_real_recording() {
     );
 
     // A broken recording: the file and line are named.
-    std::fs::write(
-        &csv,
-        text_with_bad_cell(&std::fs::read_to_string(&csv).unwrap()),
-    )
-    .unwrap();
+    let recorded = std::fs::read_to_string(&csv).unwrap();
+    std::fs::write(&csv, text_with_bad_cell(&recorded, "hot")).unwrap();
     let out = gpuwatch(&["report", csv.to_str().unwrap()], None);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -224,10 +221,33 @@ fn plots_and_reports_a_real_recording() {
         err.contains("gpu_log.csv: line 2: column temperature_celsius"),
         "{err}"
     );
+    // An infinite value (which once made the chart's axis loop forever) is refused at once.
+    std::fs::write(&csv, text_with_bad_cell(&recorded, "1e309")).unwrap();
+    let started = std::time::Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        .args(["plot", csv.to_str().unwrap(), "-o"])
+        .arg(dir.path().join("inf-plots"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("plot still running after 30 s on an infinite value");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("line 2: column temperature_celsius: \"1e309\" is not a finite number"),
+        "{err}"
+    );
 }
 
 /// The recording with the first GPU row's temperature replaced by text.
-fn text_with_bad_cell(csv: &str) -> String {
+fn text_with_bad_cell(csv: &str, cell: &str) -> String {
     let mut lines: Vec<String> = csv.lines().map(str::to_owned).collect();
     let header: Vec<&str> = lines[0].split(',').collect();
     let col = header
@@ -235,7 +255,7 @@ fn text_with_bad_cell(csv: &str) -> String {
         .position(|h| *h == "temperature_celsius")
         .unwrap();
     let mut cells: Vec<String> = lines[1].split(',').map(str::to_owned).collect();
-    cells[col] = "hot".into();
+    cells[col] = cell.into();
     lines[1] = cells.join(",");
     lines.join("\n") + "\n"
 }
