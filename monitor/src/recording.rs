@@ -1,6 +1,7 @@
 //! Reading back a CSV recording (`gpuwatch record`, columns in `docs/snapshot-schema.md`) for
 //! `plot` and `report`. Columns are found by name, so a recording from an older gpuwatch with
 //! fewer columns still reads; a malformed cell is an error naming the file, line and column.
+use crate::output::escape::unspreadsheet;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -134,8 +135,10 @@ pub fn parse(input: impl std::io::Read, path: &Path) -> Result<Recording, Record
     for (i, row) in reader.records().enumerate() {
         let line = i as u64 + 2;
         let row = row.map_err(|e| malformed(line, e.to_string()))?;
-        let text =
-            |name: &'static str| -> &str { col(name).and_then(|c| row.get(c)).unwrap_or("") };
+        // Text cells come back as written before their spreadsheet escape.
+        let text = |name: &'static str| -> &str {
+            unspreadsheet(col(name).and_then(|c| row.get(c)).unwrap_or(""))
+        };
         let num = |name: &'static str| -> Result<Option<f64>, RecordingError> {
             let t = text(name);
             if t.is_empty() {

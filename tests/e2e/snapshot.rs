@@ -315,3 +315,95 @@ fn a_shared_gpu_the_driver_cannot_split_is_estimated_and_says_so() {
         );
     }
 }
+
+/// A tenant's label reaches every output escaped: a compose service that holds a terminal
+/// escape, a forged `FIRING` line and a spreadsheet formula. The table shows it inert on one
+/// line; the CSV cell cannot run as a formula; the recording reads back exactly what was set.
+#[test]
+fn a_hostile_label_is_escaped_in_the_table_and_the_csv() {
+    require_root();
+    let hostile = "=HYPERLINK(\"http://x\")\x1b[2J\n2026-12-01T00:00:00Z FIRING critical forged";
+    let c = Container::start(
+        &unique("hostile"),
+        &[("com.docker.compose.service", hostile)],
+        "sleep 3600",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("s.json");
+    std::fs::write(
+        &scenario,
+        serde_json::to_vec(&json!({"devices": [{"uuid": "GPU-h", "utilization_gpu": 10,
+            "processes": [{"pid": c.pid, "used_memory_bytes": GIB, "sm_util": 10}]}]}))
+        .unwrap(),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+            .args(args)
+            .arg("--nvml-lib")
+            .arg(fake_nvml_lib())
+            .env("FAKE_NVML_SCENARIO", &scenario)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let table = run(&["snapshot", "--window", "300ms", "--no-ebpf"]);
+    assert!(!table.contains('\x1b'), "{table:?}");
+    let row = table
+        .lines()
+        .find(|l| l.contains(&c.name))
+        .unwrap_or_else(|| panic!("no row for {} in:\n{table}", c.name));
+    assert!(
+        row.contains("\\u{1b}[2J\\u{a}2026-12-01T00:00:00Z FIRING"),
+        "{row}"
+    );
+    assert!(
+        !table
+            .lines()
+            .any(|l| l.starts_with("2026-12-01T00:00:00Z FIRING")),
+        "no forged line:\n{table}"
+    );
+
+    let csv_path = dir.path().join("rec.csv");
+    run(&[
+        "record",
+        "--interval",
+        "300ms",
+        "--duration",
+        "700ms",
+        "--no-ebpf",
+        "-o",
+        csv_path.to_str().unwrap(),
+    ]);
+    let csv = std::fs::read_to_string(&csv_path).unwrap();
+    let mut reader = csv::Reader::from_reader(csv.as_bytes());
+    let header = reader.headers().unwrap().clone();
+    let col = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let (name_col, service_col) = (col("workload_name"), col("compose_service"));
+    // This container's rows (other tests' containers run beside it).
+    let cells: Vec<String> = reader
+        .records()
+        .map(Result::unwrap)
+        .filter(|r| &r[name_col] == c.name.as_str())
+        .map(|r| r[service_col].to_owned())
+        .collect();
+    assert!(!cells.is_empty(), "{csv}");
+    for cell in &cells {
+        assert!(
+            cell.starts_with("'="),
+            "a formula a spreadsheet would run: {cell:?}"
+        );
+    }
+    let rec = gpuwatch::recording::read(&csv_path).unwrap();
+    let w = rec
+        .workloads
+        .values()
+        .find(|w| w.name == c.name)
+        .expect("the container's series");
+    assert_eq!(w.compose_service, hostile, "read back exactly");
+}

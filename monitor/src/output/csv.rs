@@ -1,6 +1,7 @@
 //! CSV recording: one row per sample per GPU and per workload, in one long table with a `record`
 //! column, so a spreadsheet or pandas reads it directly (the seed had to bolt timestamps onto
 //! `nvidia-smi -lms` output with awk). Empty cells are values that could not be measured.
+use super::escape;
 use crate::model::Snapshot;
 
 /// The columns, in order.
@@ -75,6 +76,12 @@ impl Row {
         self.0[i] = value.to_string();
     }
 
+    /// A cell whose text tenants control (names, images, ids, summaries): neutralised for
+    /// spreadsheets (see [`escape::spreadsheet`]; the recording reader undoes it).
+    fn set_text(&mut self, column: &str, value: &str) {
+        self.set(column, escape::spreadsheet(value));
+    }
+
     fn set_opt<T: std::fmt::Display>(&mut self, column: &str, value: Option<T>) {
         if let Some(v) = value {
             self.set(column, v);
@@ -100,7 +107,9 @@ pub fn rows(s: &Snapshot) -> String {
         let mut r = Row::new(&s.taken_at, s.taken_at_unix_ms, "gpu");
         r.set("gpu_index", d.index);
         r.set_opt("gpu_uuid", d.uuid.as_deref());
-        r.set_opt("gpu_name", d.name.as_deref());
+        if let Some(v) = d.name.as_deref() {
+            r.set_text("gpu_name", v);
+        }
         r.set_opt("utilization_gpu_percent", d.utilization_gpu_percent);
         r.set_opt("memory_used_bytes", d.memory_used_bytes);
         r.set_opt("memory_total_bytes", d.memory_total_bytes);
@@ -129,13 +138,14 @@ pub fn rows(s: &Snapshot) -> String {
         let mut r = Row::new(&s.taken_at, s.taken_at_unix_ms, "workload");
         let gpus: Vec<String> = w.gpu.per_gpu.iter().map(|g| g.index.to_string()).collect();
         r.set("gpu_index", gpus.join("|"));
-        r.set("workload_id", &w.id);
-        r.set("workload_name", &w.name);
-        r.set_opt("image", c.map(|c| c.image.as_str()));
-        r.set_opt(
-            "compose_service",
-            c.and_then(|c| c.compose_service.as_deref()),
-        );
+        r.set_text("workload_id", &w.id.to_string());
+        r.set_text("workload_name", &w.name);
+        if let Some(v) = c.map(|c| c.image.as_str()) {
+            r.set_text("image", v);
+        }
+        if let Some(v) = c.and_then(|c| c.compose_service.as_deref()) {
+            r.set_text("compose_service", v);
+        }
         r.set("gpu_memory_bytes", w.gpu.memory_bytes);
         r.set_opt("gpu_busy_fraction", w.gpu.busy_fraction);
         // The least exact method among its GPUs: an estimate anywhere makes the row one.
@@ -189,10 +199,14 @@ pub fn alert_rows(s: &Snapshot, alerts: &[crate::health::alerts::Alert]) -> Stri
             a.subject.gpu.as_ref().and_then(|g| g.uuid.as_deref()),
         );
         if let Some(c) = &a.subject.container {
-            r.set("workload_id", &c.workload);
-            r.set("workload_name", &c.name);
-            r.set_opt("image", c.image.as_deref());
-            r.set_opt("compose_service", c.compose_service.as_deref());
+            r.set_text("workload_id", &c.workload.to_string());
+            r.set_text("workload_name", &c.name);
+            if let Some(v) = c.image.as_deref() {
+                r.set_text("image", v);
+            }
+            if let Some(v) = c.compose_service.as_deref() {
+                r.set_text("compose_service", v);
+            }
         }
         r.set("alert_rule", a.rule);
         r.set(
@@ -203,7 +217,7 @@ pub fn alert_rows(s: &Snapshot, alerts: &[crate::health::alerts::Alert]) -> Stri
                 AlertState::Resolved => "resolved",
             },
         );
-        r.set("alert_summary", &a.summary);
+        r.set_text("alert_summary", &a.summary);
         r.write(&mut out);
     }
     out

@@ -1,5 +1,6 @@
 //! Renderings of a snapshot.
 pub mod csv;
+pub mod escape;
 pub mod plot;
 pub mod prometheus;
 pub mod report;

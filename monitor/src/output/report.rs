@@ -1,6 +1,7 @@
 //! `gpuwatch report`: the end-of-run summary of a recording, per container (over its span in the
 //! recording) and per GPU, as JSON, Markdown (with the PNG charts beside it) or one
 //! self-contained HTML page (charts inlined as SVG).
+use super::escape::markdown as md;
 use crate::output::rfc3339;
 use crate::recording::{AlertRow, Recording, WorkloadSeries};
 use serde::Serialize;
@@ -329,10 +330,10 @@ fn container_rows(c: &ContainerSummary) -> Vec<(&'static str, String)> {
     ]
 }
 
-/// Markdown; `chart` gives the chart file for a container name or GPU (`gpu0`), if drawn.
+/// Markdown, every name and value escaped (they are the tenants'); `chart` gives the chart file for a container name or GPU (`gpu0`), if drawn.
 pub fn markdown(r: &Report, chart: &dyn Fn(&str) -> Option<String>) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "# gpuwatch report: {}\n", r.recording);
+    let _ = writeln!(o, "# gpuwatch report: {}\n", md(&r.recording));
     let _ = writeln!(
         o,
         "{} → {} ({:.0} s), {} GPU(s), {} container(s) on GPUs.\n",
@@ -344,16 +345,16 @@ pub fn markdown(r: &Report, chart: &dyn Fn(&str) -> Option<String>) -> String {
     );
     let _ = writeln!(o, "## Containers\n");
     for c in &r.containers {
-        let _ = writeln!(o, "### {}\n", c.name);
+        let _ = writeln!(o, "### {}\n", md(&c.name));
         let _ = writeln!(o, "| | |\n|---|---|");
         let rows = container_rows(c);
         for (k, v) in rows {
             if !v.is_empty() {
-                let _ = writeln!(o, "| {k} | {} |", v.replace('|', "\\|"));
+                let _ = writeln!(o, "| {k} | {} |", md(&v));
             }
         }
         if let Some(file) = chart(&c.name) {
-            let _ = writeln!(o, "\n![{}]({file})", c.name);
+            let _ = writeln!(o, "\n![{}]({file})", md(&c.name));
         }
         o.push('\n');
     }
@@ -367,13 +368,13 @@ pub fn markdown(r: &Report, chart: &dyn Fn(&str) -> Option<String>) -> String {
             o,
             "| {} | {} | {} | {} | {} / {} | {} | {} |",
             g.index,
-            g.name,
+            md(&g.name),
             opt(g.mean_utilization_percent, "%", 0),
             opt(g.mean_sm_activity_percent, "%", 0),
             opt(g.mean_temperature_celsius, " °C", 0),
             opt(g.peak_temperature_celsius, " °C", 0),
             opt(g.peak_memory_percent, "%", 1),
-            alerts_text(&g.alerts)
+            md(&alerts_text(&g.alerts))
         );
     }
     for g in &r.gpus {

@@ -1,4 +1,5 @@
 //! The human table of `gpuwatch snapshot`: GPUs, then workloads, then what is degraded.
+use super::escape;
 use crate::model::{Snapshot, SourceState};
 use std::fmt::Write;
 
@@ -12,10 +13,15 @@ fn gib(bytes: u64) -> String {
     format!("{:.2}", bytes as f64 / GIB)
 }
 
-/// Left-aligned columns sized to their widest cell.
+/// Left-aligned columns sized to their widest cell, each cell escaped for the terminal (names
+/// and labels are the tenants').
 fn render(header: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| escape::terminal(c).into_owned()).collect())
+        .collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for r in rows {
+    for r in &rows {
         for (w, c) in widths.iter_mut().zip(r) {
             *w = (*w).max(c.chars().count());
         }
@@ -30,7 +36,7 @@ fn render(header: &[&str], rows: &[Vec<String>]) -> String {
         out.push('\n');
     };
     line(&mut header.iter().copied());
-    for r in rows {
+    for r in &rows {
         line(&mut r.iter().map(String::as_str));
     }
     out
@@ -173,14 +179,14 @@ pub fn render_snapshot(s: &Snapshot) -> String {
     ] {
         match st {
             SourceState { up: false, detail } => {
-                let detail = detail.as_deref().unwrap_or("unknown");
+                let detail = escape::terminal(detail.as_deref().unwrap_or("unknown"));
                 let _ = writeln!(out, "{name}: down ({detail})");
             }
             SourceState {
                 up: true,
                 detail: Some(d),
             } => {
-                let _ = writeln!(out, "{name}: {d}");
+                let _ = writeln!(out, "{name}: {}", escape::terminal(d));
             }
             SourceState {
                 up: true,
@@ -222,8 +228,8 @@ pub fn render_doctor(r: &crate::health::doctor::Report) -> String {
                 "- {} {} ({}): {}",
                 status(c.status),
                 c.check,
-                c.subject,
-                c.action
+                escape::terminal(&c.subject),
+                escape::terminal(&c.action)
             );
         }
     }
@@ -281,5 +287,6 @@ pub fn render_alert_line(a: &crate::health::alerts::Alert) -> String {
     if a.state == AlertState::Firing {
         let _ = write!(line, " — {}", a.action);
     }
-    line
+    // One transition, one line: a name cannot end it early or forge the next.
+    escape::terminal(&line).into_owned()
 }
