@@ -191,7 +191,9 @@ fn io_error(path: &Path, pid: u32, source: std::io::Error) -> AttributionError {
 pub fn read_process(proc_root: &Path, pid: u32) -> Result<ProcessInfo, AttributionError> {
     let dir = proc_root.join(pid.to_string());
     let stat_path = dir.join("stat");
-    let stat = std::fs::read_to_string(&stat_path).map_err(|e| io_error(&stat_path, pid, e))?;
+    // Bytes: any process can give itself a name that is not UTF-8 (`prctl`, or an executable's
+    // file name), and its GPU use must still be charged.
+    let stat = std::fs::read(&stat_path).map_err(|e| io_error(&stat_path, pid, e))?;
     let (name, start_time) =
         parse_stat(&stat).ok_or(AttributionError::MalformedStat { path: stat_path })?;
     let cgroup_path = dir.join("cgroup");
@@ -207,14 +209,16 @@ pub fn read_process(proc_root: &Path, pid: u32) -> Result<ProcessInfo, Attributi
     })
 }
 
-/// Extracts (comm, starttime) from a `/proc/<pid>/stat` line. The name may hold spaces and
-/// parentheses, so fields are counted from the last `)`.
-pub fn parse_stat(stat: &str) -> Option<(String, u64)> {
-    let open = stat.find('(')?;
-    let close = stat.rfind(')')?;
-    let name = stat.get(open + 1..close)?.to_owned();
+/// Extracts (comm, starttime) from a `/proc/<pid>/stat` line. The name may hold spaces,
+/// parentheses and bytes that are not UTF-8 (shown as U+FFFD), so fields are counted from the
+/// last `)`.
+pub fn parse_stat(stat: &[u8]) -> Option<(String, u64)> {
+    let open = stat.iter().position(|&b| b == b'(')?;
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let name = String::from_utf8_lossy(stat.get(open + 1..close)?).into_owned();
     // After ") ": field 3 (state) is index 0, so field 22 (starttime) is index 19.
-    let start_time = stat.get(close + 2..)?.split(' ').nth(19)?.parse().ok()?;
+    let rest = std::str::from_utf8(stat.get(close + 2..)?).ok()?;
+    let start_time = rest.split(' ').nth(19)?.trim_end().parse().ok()?;
     Some((name, start_time))
 }
 
@@ -226,10 +230,42 @@ mod tests {
     fn parses_stat_with_awkward_names() {
         let line = "1234 (python3 (worker) x) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 3 0 987654 1000 200 18446744073709551615";
         assert_eq!(
-            parse_stat(line),
+            parse_stat(line.as_bytes()),
             Some(("python3 (worker) x".to_owned(), 987654))
         );
-        assert_eq!(parse_stat("garbage"), None);
+        assert_eq!(parse_stat(b"garbage"), None);
+        let mut raw = b"77 (\xff\xfe-train) S".to_vec();
+        raw.extend(b" 1 1 1 0 -1 0 0 0 0 0 5 6 0 0 20 0 3 0 4242 1000 200 1\n");
+        assert_eq!(
+            parse_stat(&raw),
+            Some(("\u{fffd}\u{fffd}-train".to_owned(), 4242))
+        );
+    }
+
+    /// On the real kernel: a process whose name is not UTF-8 (here from its executable's file
+    /// name, as `prctl` could set it too) is read, its name shown with U+FFFD.
+    #[test]
+    fn a_process_named_with_bytes_that_are_not_utf8_is_read() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir
+            .path()
+            .join(std::ffi::OsStr::from_bytes(b"\xff\xfe-train"));
+        std::os::unix::fs::symlink("/bin/sleep", &exe).unwrap();
+        let mut child = std::process::Command::new(&exe).arg("30").spawn().unwrap();
+        let pid = child.id();
+        // exec has happened once the name changes from the test's own
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let info = loop {
+            let info = read_process(Path::new("/proc"), pid).expect("read despite the name");
+            if info.name.contains("train") || std::time::Instant::now() > deadline {
+                break info;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(&*info.name, "\u{fffd}\u{fffd}-train");
     }
 
     fn fake_proc(root: &Path, pid: u32, start: u64, cgroup: &str) {
