@@ -389,3 +389,103 @@ fn promtool_accepts_and_unit_tests_the_shipped_rules() {
         String::from_utf8_lossy(&test.stderr)
     );
 }
+
+/// Slow clients under a 1,024-file limit (soft and hard, so the agent cannot raise it): 300
+/// half-sent requests leave scrapes answering; past the connection limit ((1024 - 64) / 2 =
+/// 480) a connection is answered 503 at once instead of the agent running out of descriptors;
+/// every half-sent request is closed by the server within the header timeout (10 s).
+#[test]
+fn half_sent_requests_neither_starve_scrapes_nor_stay_open() {
+    use std::io::{Read, Write};
+    use std::os::unix::process::CommandExt;
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    std::fs::write(&scenario, r#"{"devices": [{"uuid": "GPU-slow"}]}"#).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuwatch"));
+    cmd.args([
+        "serve",
+        "--web.listen-address",
+        "127.0.0.1:0",
+        "--interval",
+        "500ms",
+    ])
+    .args(["--no-docker", "--no-ebpf"])
+    .env("GPUWATCH_NVML_LIB", fake_nvml_lib())
+    .env("FAKE_NVML_SCENARIO", &scenario)
+    .stderr(Stdio::piped());
+    // SAFETY: setrlimit only, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 1024,
+                rlim_max: 1024,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let addr = first.rsplit_once(" on ").unwrap().1.to_owned();
+    std::thread::spawn(move || for _ in lines {});
+    let _agent = Running(child);
+    let host = addr.trim_start_matches("http://").to_owned();
+    let scrape = || get(&format!("{addr}/metrics"));
+    let started = Instant::now();
+    while scrape().0 != 200 {
+        assert!(started.elapsed() < Duration::from_secs(20), "never served");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    let half_sent = |n: usize| -> Vec<std::net::TcpStream> {
+        (0..n)
+            .map(|_| {
+                let mut s = std::net::TcpStream::connect(&host).unwrap();
+                s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+                    .unwrap();
+                s
+            })
+            .collect()
+    };
+    let mut slow = half_sent(300);
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    let (status, body) = scrape();
+    assert_eq!(status, 200, "{body}");
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+
+    // Past the limit: refused at once, not left hanging.
+    slow.extend(half_sent(200));
+    let mut probe = std::net::TcpStream::connect(&host).unwrap();
+    probe
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let mut answer = String::new();
+    let _ = probe.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer:?}");
+
+    // The server closes every half-sent request within the header timeout.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for s in &mut slow {
+        let left = deadline.saturating_duration_since(Instant::now());
+        s.set_read_timeout(Some(left.max(Duration::from_millis(10))))
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let closed = loop {
+            match s.read(&mut buf) {
+                Ok(0) => break true,
+                Ok(_) => continue, // a 408 or 503 before the close
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+                Err(_) => break false,
+            }
+        };
+        assert!(closed, "a half-sent request still open after 15 s");
+    }
+    assert!(started.elapsed() < Duration::from_secs(60));
+    let (status, _) = scrape();
+    assert_eq!(status, 200);
+}

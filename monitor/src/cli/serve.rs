@@ -29,6 +29,11 @@ pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
     use std::collections::BTreeMap;
     use std::sync::{Arc, RwLock};
     let interval = args.run.interval(config)?;
+    let files = gpuwatch::serve::raise_file_limit();
+    tracing::info!(
+        "open-file limit {files}: serving up to {} connections at once",
+        gpuwatch::serve::connection_limit()
+    );
     let web = match &args.web_config_file {
         Some(p) => WebConfig::load(p)?.0,
         None => WebConfig::default(),

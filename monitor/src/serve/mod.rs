@@ -11,6 +11,10 @@
 //! | `/api/v1/alerts` | pending and firing alerts (JSON) |
 //! | `/api/v1/snapshot` | the whole last snapshot (JSON, `docs/snapshot-schema.md`) |
 //! | `/-/healthy` | `200 OK` while the agent runs |
+//!
+//! Slow or silent clients cannot hold the agent: headers must arrive within
+//! [`HEADER_READ_TIMEOUT`], TLS handshakes within [`TLS_HANDSHAKE_TIMEOUT`], and connections past
+//! [`connection_limit`] are refused.
 pub mod web_config;
 
 use crate::output::prometheus::{self, Exported};
@@ -19,11 +23,12 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 use web_config::BasicAuth;
 
 /// The last published round, shared between the sampling loop and the HTTP tasks.
@@ -36,8 +41,56 @@ pub struct Site {
     pub headers: Vec<(HeaderName, HeaderValue)>,
 }
 
+/// How long a client may take to send a request's headers, or to send the next request on a
+/// kept-alive connection: a connection that sends nothing is closed after it.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a TLS handshake may take.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections served at once: half of the open-file limit left after the agent's own files,
+/// within [16, 16384]. One past it is answered `503` and closed.
+pub fn connection_limit() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        lim.rlim_cur
+    } else {
+        1024
+    };
+    (soft.saturating_sub(64) / 2).clamp(16, 16_384) as usize
+}
+
+/// Raises the soft open-file limit to the hard one (as exporters do), so many scrapers and
+/// slow clients do not run the agent out of descriptors. Returns the soft limit in force.
+pub fn raise_file_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit read and write the struct they are given.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 0;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                return raised.rlim_cur;
+            }
+        }
+    }
+    lim.rlim_cur
+}
+
 /// Accepts connections on `listener` until `shutdown` turns true; each connection is served on
-/// its own task (TLS first when `tls` is set).
+/// its own task (TLS first when `tls` is set), at most [`connection_limit`] at once, each with
+/// the header-read and handshake timeouts above.
 pub async fn run(
     listener: TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
@@ -45,34 +98,50 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+    let limit = connection_limit();
+    let slots = Arc::new(Semaphore::new(limit));
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::warn!("accepting a connection: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
             },
             _ = shutdown.changed() => return,
         };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::warn!("refusing {peer}: {limit} connections open already");
+            tokio::spawn(refuse(stream, acceptor.is_some()));
+            continue;
+        };
         let site = site.clone();
         let acceptor = acceptor.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             let service = hyper::service::service_fn(move |req| {
                 let site = site.clone();
                 async move { Ok::<_, Infallible>(handle(&site, &req)) }
             });
-            let http = hyper::server::conn::http1::Builder::new();
+            let mut http = hyper::server::conn::http1::Builder::new();
+            http.timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT);
             let result = match acceptor {
-                Some(a) => match a.accept(stream).await {
-                    Ok(s) => http.serve_connection(TokioIo::new(s), service).await,
-                    Err(e) => {
-                        tracing::debug!("TLS handshake with {peer}: {e}");
-                        return;
+                Some(a) => {
+                    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, a.accept(stream)).await {
+                        Ok(Ok(s)) => http.serve_connection(TokioIo::new(s), service).await,
+                        Ok(Err(e)) => {
+                            tracing::debug!("TLS handshake with {peer}: {e}");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!("TLS handshake with {peer}: timed out");
+                            return;
+                        }
                     }
-                },
+                }
                 None => http.serve_connection(TokioIo::new(stream), service).await,
             };
             if let Err(e) = result {
@@ -80,6 +149,23 @@ pub async fn run(
             }
         });
     }
+}
+
+/// A connection past the limit: a plain `503` (nothing over TLS, which would need a handshake
+/// the limit is there to avoid), then closed.
+async fn refuse(mut stream: tokio::net::TcpStream, tls: bool) {
+    use tokio::io::AsyncWriteExt;
+    if !tls {
+        let body = "too many connections\n";
+        let msg = format!(
+            "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\n\
+             Content-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let _ =
+            tokio::time::timeout(Duration::from_secs(1), stream.write_all(msg.as_bytes())).await;
+    }
+    let _ = stream.shutdown().await;
 }
 
 fn respond(
