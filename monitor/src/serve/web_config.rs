@@ -79,10 +79,20 @@ impl WebConfig {
 
     fn validate(&self) -> Result<(), (String, String)> {
         for (user, hash) in &self.basic_auth_users {
-            if !hash.starts_with("$2") {
+            let field = format!("basic_auth_users.{user}");
+            let Some(cost) = bcrypt_cost(hash) else {
                 return Err((
-                    format!("basic_auth_users.{user}"),
-                    "is not a bcrypt hash (it starts with $2a$, $2b$ or $2y$)".into(),
+                    field,
+                    "is not a bcrypt hash (it starts with $2a$, $2b$ or $2y$ and a cost)".into(),
+                ));
+            };
+            if cost > MAX_BCRYPT_COST {
+                return Err((
+                    field,
+                    format!(
+                        "bcrypt cost {cost} is above {MAX_BCRYPT_COST}: each check of a new \
+                         password would take seconds of CPU (use htpasswd -nBC 10)"
+                    ),
                 ));
             }
         }
@@ -173,18 +183,47 @@ impl WebConfig {
     }
 }
 
+/// The highest bcrypt cost accepted: cost 12 takes ~300 ms a check, and each step doubles it.
+pub const MAX_BCRYPT_COST: u32 = 12;
+
+/// The cost of a bcrypt hash (`$2b$10$…` → 10), `None` when it is not one.
+fn bcrypt_cost(hash: &str) -> Option<u32> {
+    let rest = ["$2a$", "$2b$", "$2y$", "$2x$"]
+        .iter()
+        .find_map(|p| hash.strip_prefix(p))?;
+    let (cost, salt_and_hash) = rest.split_once('$')?;
+    (cost.len() == 2 && salt_and_hash.len() == 53)
+        .then(|| cost.parse().ok())
+        .flatten()
+}
+
 /// Checks `Authorization: Basic` headers against the bcrypt hashes. bcrypt is slow on purpose
-/// (tens of milliseconds), so verified headers are remembered (at most 64 of them).
+/// (tens of milliseconds), so verified headers are remembered (at most 64 of them). A user
+/// name that is not configured is checked against a dummy hash of the highest configured cost,
+/// so the answer takes as long as for a known user with a wrong password: names do not leak
+/// by timing.
 #[derive(Debug)]
 pub struct BasicAuth {
     users: BTreeMap<String, String>,
+    dummy: String,
     verified: Mutex<HashSet<String>>,
 }
 
 impl BasicAuth {
     pub fn new(users: BTreeMap<String, String>) -> Option<Self> {
-        (!users.is_empty()).then(|| Self {
+        if users.is_empty() {
+            return None;
+        }
+        let cost = users
+            .values()
+            .filter_map(|h| bcrypt_cost(h))
+            .max()
+            .unwrap_or(bcrypt::DEFAULT_COST)
+            .min(MAX_BCRYPT_COST);
+        let dummy = bcrypt::hash("gpuwatch: no such user", cost).unwrap_or_default();
+        Some(Self {
             users,
+            dummy,
             verified: Mutex::new(HashSet::new()),
         })
     }
@@ -207,10 +246,14 @@ impl BasicAuth {
         let Some((user, password)) = text.split_once(':') else {
             return false;
         };
-        let ok = self
-            .users
-            .get(user)
-            .is_some_and(|hash| bcrypt::verify(password, hash).unwrap_or(false));
+        let ok = match self.users.get(user) {
+            Some(hash) => bcrypt::verify(password, hash).unwrap_or(false),
+            None => {
+                // The same work as a wrong password, and never a match.
+                let _ = bcrypt::verify(password, &self.dummy);
+                false
+            }
+        };
         if ok {
             if let Ok(mut v) = self.verified.lock() {
                 if v.len() >= 64 {
@@ -244,6 +287,15 @@ mod tests {
             e.to_string().contains("line 4") && e.to_string().contains("cipher_suites"),
             "{e}"
         );
+        let e = load(
+            "basic_auth_users:\n  alice: $2b$31$abcdefghijklmnopqrstuu5Xa1Gw9XD8E0z3YyC2ApOm3V.KQGmVS\n",
+        )
+        .expect_err("cost 31");
+        assert!(
+            e.to_string()
+                .contains("field `basic_auth_users.alice`: bcrypt cost 31 is above 12"),
+            "{e}"
+        );
         let e = load("basic_auth_users:\n  alice: hunter2\n").expect_err("plain password");
         assert!(
             e.to_string()
@@ -266,6 +318,10 @@ mod tests {
         assert!(auth.allows(Some(&header("alice", "s3cret"))), "cached");
         assert!(!auth.allows(Some(&header("alice", "wrong"))));
         assert!(!auth.allows(Some(&header("bob", "s3cret"))));
+        // An unknown user is checked against a dummy hash of the configured cost, so it takes
+        // the time a wrong password takes (its name does not leak by timing).
+        assert_eq!(bcrypt_cost(&auth.dummy), Some(4));
+        assert!(!auth.allows(Some(&header("mallory", "gpuwatch: no such user"))));
         assert!(!auth.allows(Some("Bearer x")));
         assert!(!auth.allows(None));
     }
