@@ -67,8 +67,8 @@ pub(crate) enum Command {
     /// Run the agent as a service: a Prometheus endpoint, a JSON API and the alert rules, until
     /// Ctrl-C/SIGTERM.
     Serve(ServeArgs),
-    /// Draw charts from a CSV recording: per GPU temperature against memory use (the seed
-    /// article's chart), per container GPU busy with the verdict shaded, GPU memory and the
+    /// Draw charts from a CSV recording: per GPU temperature against memory use (the chart of
+    /// the YOLO26 GPU temperature and memory article), per container GPU busy with the verdict shaded, GPU memory and the
     /// loader-stall share.
     Plot(PlotArgs),
     /// Summarise a CSV recording per container and per GPU: GPU-hours, memory, utilisation
