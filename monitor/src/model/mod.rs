@@ -18,6 +18,7 @@ pub use workload::{CgroupMode, WorkloadId, WorkloadKind};
 
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// 2: GPU busy from the device's utilisation series with its method (`busy`), GPM SM activity,
 /// per-process shares and host CPU, the main thread's times in stall windows.
@@ -202,7 +203,8 @@ pub struct Workload {
     pub kind: WorkloadKind,
     /// A human name: the container name, the unit, the cgroup path, or `host`.
     pub name: String,
-    pub container: Option<ContainerMeta>,
+    /// The container, shared with the Docker cache: its JSON leaves out the PID and labels.
+    pub container: Option<Arc<ContainerInfo>>,
     /// The workload stopped during the window (its cgroup is gone): this is its last, partial
     /// window, reported once, with the CPU and memory last read.
     pub exited: bool,
@@ -224,7 +226,7 @@ pub struct Workload {
 impl Workload {
     /// A workload with its identity only: every measured section empty, for the sources and
     /// the analysis to fill in.
-    pub fn new(id: WorkloadId, name: String, container: Option<ContainerMeta>) -> Self {
+    pub fn new(id: WorkloadId, name: String, container: Option<Arc<ContainerInfo>>) -> Self {
         Workload {
             kind: id.kind,
             id,
@@ -239,32 +241,6 @@ impl Workload {
             verdict: None,
             oom_headroom: None,
             errors: BTreeMap::new(),
-        }
-    }
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct ContainerMeta {
-    pub id: String,
-    pub name: String,
-    pub image: String,
-    pub compose_project: Option<String>,
-    pub compose_service: Option<String>,
-    pub started_at: Option<String>,
-    pub gpu_device_requests: Vec<GpuDeviceRequest>,
-}
-
-impl From<&ContainerInfo> for ContainerMeta {
-    /// What a snapshot reports of a container (not its PID or labels).
-    fn from(c: &ContainerInfo) -> Self {
-        ContainerMeta {
-            id: c.id.clone(),
-            name: c.name.clone(),
-            image: c.image.clone(),
-            compose_project: c.compose_project.clone(),
-            compose_service: c.compose_service.clone(),
-            started_at: c.started_at.clone(),
-            gpu_device_requests: c.gpu_device_requests.clone(),
         }
     }
 }
@@ -446,16 +422,18 @@ pub mod test_support {
             kind: WorkloadKind::Docker,
             id: format!("{name:0>64}").into(),
         };
-        let meta = ContainerMeta {
+        let info = ContainerInfo {
             id: id.id.to_string(),
             name: name.into(),
             image: "trainer:latest".into(),
             compose_project: None,
             compose_service: Some("train".into()),
             started_at: None,
+            init_pid: None,
             gpu_device_requests: Vec::new(),
+            labels: Default::default(),
         };
-        Workload::new(id, name.into(), Some(meta))
+        Workload::new(id, name.into(), Some(Arc::new(info)))
     }
 
     pub fn snapshot(unix_ms: u64, gpus: Vec<Gpu>, workloads: Vec<Workload>) -> Snapshot {

@@ -15,8 +15,8 @@ use crate::cgroup::{CgroupLayout, CgroupMembership};
 use crate::events::{EventCounters, InternalEvent};
 use crate::model::{ContainerInfo, DeviceReading, WorkloadId, WorkloadKind};
 use crate::model::{
-    ContainerMeta, CpuUsage, Gpu, GpuProcess, HostInfo, MemoryUsage, Snapshot, SourceState,
-    Sources, Workload, WorkloadGpu, WorkloadGpuShare, SCHEMA_VERSION,
+    CpuUsage, Gpu, GpuProcess, HostInfo, MemoryUsage, Snapshot, SourceState, Sources, Workload,
+    WorkloadGpu, WorkloadGpuShare, SCHEMA_VERSION,
 };
 use crate::process_checks::ProcessChecks;
 use crate::sources::docker::DockerCache;
@@ -643,8 +643,7 @@ fn new_workload(id: WorkloadId, container: Option<&Arc<ContainerInfo>>) -> Workl
         (None, WorkloadKind::Docker | WorkloadKind::Podman) => id.id.chars().take(12).collect(),
         (None, _) => id.id.to_string(),
     };
-    let meta = container.map(|c| ContainerMeta::from(c.as_ref()));
-    Workload::new(id, name, meta)
+    Workload::new(id, name, container.cloned())
 }
 
 /// Adds a process's memory and identity to its workload's share of `gpu`; the busy share comes
