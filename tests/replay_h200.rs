@@ -120,6 +120,9 @@ fn the_agent_replays_each_phase_at_its_own_cadence() {
     );
     let dir = tempfile::tempdir().unwrap();
     let me = std::process::id();
+    // Playback and the windows below count from this one instant (the agent may take long to
+    // start on a loaded machine; the fake would otherwise start its clock when it first polls).
+    let started_unix_ms = now_ms();
     let devices: Vec<Value> = phases
         .iter()
         .enumerate()
@@ -131,6 +134,7 @@ fn the_agent_replays_each_phase_at_its_own_cadence() {
             )
             .unwrap();
             json!({"uuid": format!("GPU-replay-{i}"), "replay_series": file,
+                   "replay_started_unix_ms": started_unix_ms,
                    "processes": [{"pid": me, "used_memory_bytes": 1u64 << 30}]})
         })
         .collect();
@@ -145,7 +149,6 @@ fn the_agent_replays_each_phase_at_its_own_cadence() {
         probes: false,
         ..SamplerConfig::default()
     };
-    let started_unix_ms = now_ms();
     let mut sampler = Sampler::new(&config, None, Arc::new(EventCounters::default()));
     let longest = phases.iter().map(|p| p.end - p.start).fold(0.0, f64::max);
     let mut snaps: Vec<Snapshot> = sampler.round();

@@ -50,7 +50,7 @@ struct Replay {
 }
 
 impl Replay {
-    fn load(path: &str, now: u64) -> Self {
+    fn load(path: &str, started_us: u64) -> Self {
         let records = std::fs::read_to_string(path)
             .map_err(|e| e.to_string())
             .and_then(|t| serde_json::from_str::<Vec<(u64, u32)>>(&t).map_err(|e| e.to_string()))
@@ -61,7 +61,7 @@ impl Replay {
         Self {
             path: path.to_owned(),
             records,
-            started_us: now,
+            started_us,
         }
     }
 
@@ -138,7 +138,8 @@ fn poll(s: &Scenario) {
 
 fn poll_device(state: &mut DeviceState, d: &Device, now: u64) {
     if state.replay.as_ref().map(|r| r.path.as_str()) != d.replay_series.as_deref() {
-        state.replay = d.replay_series.as_deref().map(|p| Replay::load(p, now));
+        let started = d.replay_started_unix_ms.map_or(now, |ms| ms * 1000);
+        state.replay = d.replay_series.as_deref().map(|p| Replay::load(p, started));
     }
     let fixed = match &state.replay {
         Some(r) => Some(r.at(now)),

@@ -85,6 +85,11 @@ pub struct Device {
     /// is credited with every period.
     #[serde(default)]
     pub replay_series: Option<String>,
+    /// When playback of `replay_series` began, in Unix milliseconds (default: when the fake
+    /// first polls the device). A test that times its own windows sets it, so that the fake and
+    /// the test measure offsets from the same instant however long the agent took to start.
+    #[serde(default)]
+    pub replay_started_unix_ms: Option<u64>,
     /// The driver's sample period (200 ms on the H200).
     #[serde(default = "default_period")]
     pub sample_period_ms: u64,
