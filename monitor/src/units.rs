@@ -67,6 +67,8 @@ impl std::fmt::Display for ByteSize {
         let b = self.0 as f64;
         if self.0 >= Self::GIB {
             write!(f, "{:.1} GiB", b / Self::GIB as f64)
+        } else if self.0 < Self::MIB {
+            write!(f, "{:.0} KiB", b / 1024.0)
         } else {
             write!(f, "{:.0} MiB", b / Self::MIB as f64)
         }

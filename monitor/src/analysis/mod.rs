@@ -1,6 +1,8 @@
 //! The analysis: judges a round after the sampler has assembled it. Each workload gets its
-//! verdict (why its GPU is idle, or that it is not) and its OOM headroom; the snapshot arrives
+//! verdict (why its GPU is idle, or that it is not; naming the container's configuration when
+//! that is the cause) and its OOM headroom; the snapshot arrives
 //! here with the facts only.
+pub mod container_config;
 pub mod headroom;
 pub mod verdict;
 
@@ -20,6 +22,9 @@ pub fn judge(snap: &mut Snapshot, config: &AnalysisConfig) {
     let window = snap.window_seconds.filter(|w| *w > 0.0);
     for w in &mut snap.workloads {
         w.verdict = verdict::assess(w, window, &snap.sources.ebpf, &config.verdict);
+        if let (Some(v), Some(c)) = (&mut w.verdict, &w.config) {
+            container_config::advise(v, c);
+        }
         w.oom_headroom = headroom::oom_headroom(w, &snap.gpus, &config.headroom);
     }
 }

@@ -580,6 +580,7 @@ mod tests {
             }),
             verdict: None,
             oom_headroom: None,
+            config: None,
             errors: BTreeMap::new(),
         }
     }

@@ -12,6 +12,9 @@ pub struct CgroupUsage {
     pub memory_bytes: u64,
     /// The memory limit, `None` when unlimited.
     pub memory_limit_bytes: Option<u64>,
+    /// Page cache charged to the cgroup (v2 `memory.stat` `file`, v1 `total_cache`); read only
+    /// when there is a limit, the one case it bears on (a cache the limit squeezes).
+    pub page_cache_bytes: Option<u64>,
     /// The CPU quota in cores, `None` when unlimited (or the cpu controller is not available).
     pub cpu_limit_cores: Option<f64>,
     /// Time the CPU quota throttled the cgroup, since creation (`None`: not available).
@@ -152,6 +155,14 @@ impl CgroupStatsPaths {
                 (read_u64(current, "memory.current")?, limit)
             }
         };
+        let page_cache_bytes = memory_limit_bytes.and_then(|_| match &self.memory {
+            MemorySource::V1 { usage, .. } => {
+                stat_field(&usage.with_file_name("memory.stat"), "total_cache")
+            }
+            MemorySource::V2 { current, .. } => {
+                stat_field(&current.with_file_name("memory.stat"), "file")
+            }
+        });
         // The quota files exist only with the cpu controller enabled: absent means unknown.
         let (cpu_limit_cores, throttled_seconds_total) = match &self.quota {
             None => (None, None),
@@ -191,6 +202,7 @@ impl CgroupStatsPaths {
             cpu_usage_seconds_total,
             memory_bytes,
             memory_limit_bytes,
+            page_cache_bytes,
             cpu_limit_cores,
             throttled_seconds_total,
         })
@@ -269,8 +281,15 @@ mod tests {
         assert_eq!(u.memory_limit_bytes, None);
         assert_eq!(u.cpu_limit_cores, Some(0.5));
         assert_eq!(u.throttled_seconds_total, Some(1.5));
+        assert_eq!(
+            u.page_cache_bytes, None,
+            "no limit: memory.stat is not read"
+        );
         std::fs::write(dir.join("memory.max"), "2097152\n").unwrap();
-        assert_eq!(paths.read().unwrap().memory_limit_bytes, Some(2 << 20));
+        std::fs::write(dir.join("memory.stat"), "anon 4096\nfile 786432\n").unwrap();
+        let limited = paths.read().unwrap();
+        assert_eq!(limited.memory_limit_bytes, Some(2 << 20));
+        assert_eq!(limited.page_cache_bytes, Some(786432));
     }
 
     #[test]

@@ -1,4 +1,5 @@
 //! What the Docker source knows of a running container.
+use super::gpu_claim::GpuClaim;
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -26,6 +27,13 @@ pub struct ContainerInfo {
     #[serde(skip)]
     pub init_pid: Option<u32>,
     pub gpu_device_requests: Vec<GpuDeviceRequest>,
+    /// Every declaration of GPUs for it (`--gpus`, `--device /dev/nvidiaN`,
+    /// `NVIDIA_VISIBLE_DEVICES`), as read from the inspect response.
+    pub gpu_claims: Vec<GpuClaim>,
+    /// `HostConfig.IpcMode`: `private`, `shareable`, `host`, `container:<id>`.
+    pub ipc_mode: Option<String>,
+    /// `HostConfig.Runtime`: the OCI runtime it runs under (`runc`, `nvidia`).
+    pub runtime: Option<String>,
     #[serde(skip)]
     pub labels: HashMap<String, String>,
 }

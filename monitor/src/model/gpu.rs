@@ -10,6 +10,8 @@ pub struct DeviceReading {
     pub index: u32,
     pub uuid: Option<String>,
     pub name: Option<String>,
+    /// The minor number of its `/dev/nvidiaN` node (what `--device /dev/nvidiaN` gives).
+    pub minor_number: Option<u32>,
     /// True when NVML reported the GPU lost (fallen off the bus).
     pub lost: bool,
     pub utilization_gpu_percent: Option<u32>,

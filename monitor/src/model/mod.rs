@@ -5,13 +5,19 @@
 //! The JSON form is documented in `docs/snapshot-schema.md`; bump [`SCHEMA_VERSION`] on any
 //! incompatible change.
 mod container;
+mod container_config;
 mod gpu;
+mod gpu_claim;
 mod headroom;
 mod verdict;
 mod workload;
 
 pub use container::{ContainerInfo, GpuDeviceRequest};
+pub use container_config::{
+    AllocatedGpu, ContainerConfig, CpuLimit, GpuAllocation, Memlock, MemoryLimit, ShmUse,
+};
 pub use gpu::{DeviceReading, GpmState, ProcessKind, ProcessReading, SmActivity};
+pub use gpu_claim::{parse_visible_devices, ClaimVia, ClaimedDevices, DeviceRef, GpuClaim};
 pub use headroom::OomHeadroom;
 pub use verdict::{LoaderSummary, UnknownVerdict, Verdict, VerdictKind};
 pub use workload::{CgroupMode, WorkloadId, WorkloadKind};
@@ -219,6 +225,8 @@ pub struct Workload {
     pub verdict: Option<Verdict>,
     /// How far the batch can grow before the tightest of its GPUs runs out of memory.
     pub oom_headroom: Option<OomHeadroom>,
+    /// A container's own configuration (shm, limits, its GPUs) against what it uses.
+    pub config: Option<ContainerConfig>,
     /// Why a section above is missing, by section.
     pub errors: BTreeMap<&'static str, String>,
 }
@@ -240,6 +248,7 @@ impl Workload {
             stalls: None,
             verdict: None,
             oom_headroom: None,
+            config: None,
             errors: BTreeMap::new(),
         }
     }
@@ -262,6 +271,9 @@ pub struct CpuUsage {
 pub struct MemoryUsage {
     pub usage_bytes: u64,
     pub limit_bytes: Option<u64>,
+    /// Page cache charged to it; read only under a limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub page_cache_bytes: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -431,6 +443,9 @@ pub mod test_support {
             started_at: None,
             init_pid: None,
             gpu_device_requests: Vec::new(),
+            gpu_claims: Vec::new(),
+            ipc_mode: None,
+            runtime: None,
             labels: Default::default(),
         };
         Workload::new(id, name.into(), Some(Arc::new(info)))

@@ -7,6 +7,7 @@
 //! also fetches the GPU utilisation series, and rounds wait in [`pending`] until the series
 //! covers them.
 mod cgroups;
+mod container_config;
 mod pending;
 mod stalls;
 
@@ -295,6 +296,11 @@ impl Sampler {
             }
         }
         let probe_ok = self.read_counters(&mut workloads, window, &gpu_pids);
+        for w in workloads.values_mut().filter(|w| !w.exited) {
+            if let Some(c) = &w.container {
+                w.config = Some(container_config::read(&self.proc_root, c, w, &gpus, window));
+            }
+        }
         if probe_ok {
             self.stalls.end_round(&self.proc_root);
         }
@@ -589,6 +595,7 @@ impl Sampler {
                             w.memory = Some(MemoryUsage {
                                 usage_bytes: u.memory_bytes,
                                 limit_bytes: u.memory_limit_bytes,
+                                page_cache_bytes: u.page_cache_bytes,
                             });
                             now.cpu_seconds = Some(u.cpu_usage_seconds_total);
                         }

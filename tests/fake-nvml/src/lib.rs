@@ -285,6 +285,22 @@ pub unsafe extern "C" fn nvmlDeviceGetIndex(
     })
 }
 
+/// The minor number of the device's `/dev/nvidiaN` node: the scenario's `minor_number`, else
+/// the index. The driver numbers nodes in its probe order, which matches NVML's PCI-order index
+/// on single-GPU hosts (the H200 host: one GPU, `/dev/nvidia0`) and on most multi-GPU ones.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMinorNumber(
+    handle: nvmlDevice_t,
+    minor: *mut c_uint,
+) -> nvmlReturn_t {
+    device("nvmlDeviceGetMinorNumber", handle, |d| {
+        put(
+            minor,
+            d.minor_number.unwrap_or((handle as usize - 1) as c_uint),
+        )
+    })
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetUUID(
     handle: nvmlDevice_t,

@@ -42,6 +42,9 @@ fn default_driver() -> String {
 #[serde(deny_unknown_fields)]
 pub struct Device {
     pub uuid: String,
+    /// The minor number of its `/dev/nvidiaN` node (default: its index).
+    #[serde(default)]
+    pub minor_number: Option<u32>,
     #[serde(default = "default_name")]
     pub name: String,
     #[serde(default = "default_total")]

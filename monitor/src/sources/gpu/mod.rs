@@ -73,6 +73,7 @@ struct DeviceCursor {
     index: u32,
     uuid: Option<String>,
     name: Option<String>,
+    minor_number: Option<u32>,
     compute: Vec<nvmlProcessInfo_t>,
     graphics: Vec<nvmlProcessInfo_t>,
     /// The device's utilisation series and the newest sample fetched.
@@ -148,14 +149,14 @@ impl GpuSource {
         let driver_version = nvml.sys_driver_version().ok();
         let mut devices = Vec::with_capacity(count as usize);
         for index in 0..count {
-            let (uuid, name) = match nvml.device_by_index(index) {
-                Ok(d) => (d.uuid().ok(), d.name().ok()),
+            let (uuid, name, minor_number) = match nvml.device_by_index(index) {
+                Ok(d) => (d.uuid().ok(), d.name().ok(), d.minor_number().ok()),
                 Err(e) => {
                     events.emit(
                         InternalEvent::NvmlCallFailed,
                         format_args!("GPU {index}: handle: {e}"),
                     );
-                    (None, None)
+                    (None, None, None)
                 }
             };
             let (gpm, gpm_state) = open_gpm(&nvml, index);
@@ -163,6 +164,7 @@ impl GpuSource {
                 index,
                 uuid,
                 name,
+                minor_number,
                 compute: Vec::new(),
                 graphics: Vec::new(),
                 series: UtilSeries::default(),
@@ -420,6 +422,7 @@ fn read_device(nvml: &Nvml, cursor: &mut DeviceCursor, events: &EventCounters) -
         index: cursor.index,
         uuid: cursor.uuid.clone(),
         name: cursor.name.clone(),
+        minor_number: cursor.minor_number,
         ..Default::default()
     };
     let mut rec = Recorder {
@@ -433,8 +436,10 @@ fn read_device(nvml: &Nvml, cursor: &mut DeviceCursor, events: &EventCounters) -
         // A GPU that failed at start may have come back.
         cursor.uuid = rec.take("uuid", device.uuid());
         cursor.name = device.name().ok();
+        cursor.minor_number = device.minor_number().ok();
         rec.reading.uuid = cursor.uuid.clone();
         rec.reading.name = cursor.name.clone();
+        rec.reading.minor_number = cursor.minor_number;
     }
     if let Some(u) = rec.take("utilization", device.utilization_rates()) {
         rec.reading.utilization_gpu_percent = Some(u.gpu);

@@ -5,6 +5,8 @@
 //! `start` / `die` / `destroy` / `rename` events. When the daemon goes away it marks itself down,
 //! retries with back-off and re-lists on reconnect. Samplers only ever read the cache: Docker
 //! metadata never costs a request per round.
+mod gpu_claims;
+
 use crate::events::{EventCounters, InternalEvent};
 use crate::model::{ContainerInfo, GpuDeviceRequest};
 use bollard::models::ContainerInspectResponse;
@@ -295,9 +297,9 @@ pub fn container_info(r: ContainerInspectResponse, id: &str) -> Option<Container
     }
     let config = r.config.unwrap_or_default();
     let labels = config.labels.unwrap_or_default();
-    let gpu_device_requests = r
-        .host_config
-        .and_then(|h| h.device_requests)
+    let host = r.host_config.unwrap_or_default();
+    let gpu_device_requests: Vec<GpuDeviceRequest> = host
+        .device_requests
         .unwrap_or_default()
         .into_iter()
         .filter(|d| {
@@ -314,6 +316,12 @@ pub fn container_info(r: ContainerInspectResponse, id: &str) -> Option<Container
             capabilities: d.capabilities.unwrap_or_default(),
         })
         .collect();
+    let gpu_claims = gpu_claims::gpu_claims(
+        &gpu_device_requests,
+        host.devices.as_deref().unwrap_or_default(),
+        config.env.as_deref().unwrap_or_default(),
+        host.runtime.as_deref(),
+    );
     Some(ContainerInfo {
         id: r.id.unwrap_or_else(|| id.to_owned()),
         name: r
@@ -330,6 +338,9 @@ pub fn container_info(r: ContainerInspectResponse, id: &str) -> Option<Container
             .and_then(|p| u32::try_from(p).ok())
             .filter(|p| *p > 0),
         gpu_device_requests,
+        gpu_claims,
+        ipc_mode: host.ipc_mode,
+        runtime: host.runtime,
         labels,
     })
 }

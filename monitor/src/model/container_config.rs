@@ -1,0 +1,82 @@
+//! A container's own configuration as it bears on a training job, measured in the window:
+//! `/dev/shm`, the CPU limit against the loader's demand, the memory limit against usage and
+//! page cache, the memlock limit against what its GPU processes lock, and the GPUs it was given
+//! against those it uses.
+use super::gpu_claim::GpuClaim;
+use serde::Serialize;
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ContainerConfig {
+    pub shm: Option<ShmUse>,
+    pub cpu: CpuLimit,
+    pub memory: MemoryLimit,
+    pub memlock: Option<Memlock>,
+    /// `None` when no GPU is declared for the container.
+    pub gpus: Option<GpuAllocation>,
+    /// Why a part above could not be read, by part.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub errors: std::collections::BTreeMap<&'static str, String>,
+}
+
+/// The container's `/dev/shm` (a tmpfs; the host's with `--ipc=host`).
+#[derive(Clone, Debug, Serialize)]
+pub struct ShmUse {
+    pub size_bytes: u64,
+    pub used_bytes: u64,
+    /// Docker's `IpcMode` (`private`, `shareable`, `host`, `container:<id>`).
+    pub ipc_mode: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct CpuLimit {
+    /// The cgroup's CPU quota in cores (`None`: unlimited, or the controller is off).
+    pub limit_cores: Option<f64>,
+    pub used_cores: Option<f64>,
+    pub throttled_fraction: Option<f64>,
+    /// Loader (non-GPU) processes busy (on a CPU or waiting for one) at least half the window;
+    /// `None` without stall tracing.
+    pub busy_loader_processes: Option<usize>,
+    /// What the container's processes wanted: their on-CPU plus run-queue time over the window.
+    pub demand_cores: Option<f64>,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct MemoryLimit {
+    pub limit_bytes: Option<u64>,
+    pub usage_bytes: Option<u64>,
+    /// Page cache charged to the container (read only when it has a limit).
+    pub page_cache_bytes: Option<u64>,
+    /// Bytes its processes read from disk in the window (block requests); `None` without
+    /// stall tracing.
+    pub disk_read_bytes: Option<u64>,
+}
+
+/// `RLIMIT_MEMLOCK` of the container's main process, and what its GPU processes lock or pin.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Memlock {
+    /// `None`: unlimited.
+    pub soft_bytes: Option<u64>,
+    pub hard_bytes: Option<u64>,
+    /// `VmLck` + `VmPin` summed over the container's GPU processes.
+    pub locked_bytes: u64,
+}
+
+/// The GPUs declared for the container, resolved against this host's GPUs.
+#[derive(Clone, Debug, Serialize)]
+pub struct GpuAllocation {
+    pub claims: Vec<GpuClaim>,
+    /// The GPUs the applied claims give it, with whether its processes use each.
+    pub gpus: Vec<AllocatedGpu>,
+    /// Declared devices that name no GPU of this host (a UUID not listed, an index past the
+    /// count, a MIG instance: gpuwatch does not enumerate MIG instances).
+    pub unresolved: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct AllocatedGpu {
+    pub index: u32,
+    pub uuid: Option<String>,
+    /// A process of the container holds memory or a context on it this round.
+    pub in_use: bool,
+    pub memory_bytes: u64,
+}

@@ -1,0 +1,316 @@
+//! Each container's configuration section, read every round from its inspect response (kept by
+//! the Docker cache), its main process's `/proc` entries (`mountinfo`, `limits`, `root/dev/shm`),
+//! its GPU processes' `status`, and what the cgroup and the probes measured in the window.
+use crate::model::{
+    AllocatedGpu, ClaimedDevices, ContainerConfig, ContainerInfo, CpuLimit, DeviceRef, Gpu,
+    GpuAllocation, GpuClaim, Memlock, MemoryLimit, ProcessRole, ShmUse, Workload,
+};
+use std::collections::BTreeSet;
+use std::path::Path;
+
+/// A loader process busy (on a CPU or waiting for one) this share of the window counts as busy.
+const BUSY_LOADER_SHARE: f64 = 0.5;
+
+/// The configuration section of container `w` (its facts only; the checks are the analysis's).
+pub fn read(
+    proc_root: &Path,
+    c: &ContainerInfo,
+    w: &Workload,
+    gpus: &[Gpu],
+    window: Option<f64>,
+) -> ContainerConfig {
+    let mut out = ContainerConfig {
+        cpu: cpu(w, window),
+        memory: memory(w),
+        gpus: allocation(&c.gpu_claims, gpus, w),
+        ..Default::default()
+    };
+    let Some(pid) = c.init_pid else {
+        out.errors
+            .insert("process", "Docker gave no main process PID".into());
+        return out;
+    };
+    match shm(proc_root, pid) {
+        Ok(s) => {
+            out.shm = s.map(|(size_bytes, used_bytes)| ShmUse {
+                size_bytes,
+                used_bytes,
+                ipc_mode: c.ipc_mode.clone(),
+            })
+        }
+        Err(e) => {
+            out.errors.insert("shm", e);
+        }
+    }
+    match memlock(proc_root, pid, w) {
+        Ok(m) => out.memlock = Some(m),
+        Err(e) => {
+            out.errors.insert("memlock", e);
+        }
+    }
+    out
+}
+
+fn cpu(w: &Workload, window: Option<f64>) -> CpuLimit {
+    let (busy, demand) = match (&w.stalls, window) {
+        (Some(s), Some(win)) if win > 0.0 => {
+            let wanted = |p: &crate::model::ProcessStall| p.on_cpu_seconds + p.runq_seconds;
+            let busy = s
+                .processes
+                .iter()
+                .filter(|p| p.role == ProcessRole::Loader && wanted(p) / win >= BUSY_LOADER_SHARE)
+                .count();
+            let demand = s.processes.iter().map(wanted).sum::<f64>() / win;
+            (Some(busy), Some(demand))
+        }
+        _ => (None, None),
+    };
+    CpuLimit {
+        limit_cores: w.cpu.and_then(|c| c.limit_cores),
+        used_cores: w.cpu.and_then(|c| c.cores),
+        throttled_fraction: w.cpu.and_then(|c| c.throttled_fraction),
+        busy_loader_processes: busy,
+        demand_cores: demand,
+    }
+}
+
+fn memory(w: &Workload) -> MemoryLimit {
+    MemoryLimit {
+        limit_bytes: w.memory.and_then(|m| m.limit_bytes),
+        usage_bytes: w.memory.map(|m| m.usage_bytes),
+        page_cache_bytes: w.memory.and_then(|m| m.page_cache_bytes),
+        disk_read_bytes: w.stalls.as_ref().map(|s| s.disk.bytes),
+    }
+}
+
+/// Size and use of the `/dev/shm` mount the process sees; `None` if it has none.
+fn shm(proc_root: &Path, pid: u32) -> Result<Option<(u64, u64)>, String> {
+    let mountinfo = proc_root.join(pid.to_string()).join("mountinfo");
+    let text =
+        std::fs::read_to_string(&mountinfo).map_err(|e| format!("{}: {e}", mountinfo.display()))?;
+    let mounted = text
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some("/dev/shm"));
+    if !mounted {
+        return Ok(None);
+    }
+    let path = proc_root.join(pid.to_string()).join("root/dev/shm");
+    let st = statvfs(&path).map_err(|e| format!("statvfs {}: {e}", path.display()))?;
+    let frsize = st.f_frsize;
+    Ok(Some((
+        st.f_blocks.saturating_mul(frsize),
+        st.f_blocks
+            .saturating_sub(st.f_bfree)
+            .saturating_mul(frsize),
+    )))
+}
+
+fn statvfs(path: &Path) -> std::io::Result<libc::statvfs> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c` is a NUL-terminated path and `st` is written by the call before it is read.
+    if unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: statvfs returned 0, so it filled `st`.
+    Ok(unsafe { st.assume_init() })
+}
+
+/// The main process's `Max locked memory`, and `VmLck` + `VmPin` over the GPU processes.
+fn memlock(proc_root: &Path, pid: u32, w: &Workload) -> Result<Memlock, String> {
+    let path = proc_root.join(pid.to_string()).join("limits");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let (soft_bytes, hard_bytes) = parse_memlock(&text)
+        .ok_or_else(|| format!("{}: no readable \"Max locked memory\" line", path.display()))?;
+    let pids: BTreeSet<u32> = w
+        .gpu
+        .per_gpu
+        .iter()
+        .flat_map(|s| s.pids.iter().copied())
+        .collect();
+    let locked_bytes = pids
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(proc_root.join(p.to_string()).join("status")).ok())
+        .map(|status| locked_kib(&status) * 1024)
+        .sum();
+    Ok(Memlock {
+        soft_bytes,
+        hard_bytes,
+        locked_bytes,
+    })
+}
+
+/// `(soft, hard)` of the `Max locked memory` line of `/proc/<pid>/limits`; `None` = unlimited.
+fn parse_memlock(limits: &str) -> Option<(Option<u64>, Option<u64>)> {
+    let rest = limits
+        .lines()
+        .find_map(|l| l.strip_prefix("Max locked memory"))?;
+    let mut it = rest.split_whitespace();
+    let value = |v: &str| match v {
+        "unlimited" => Some(None),
+        n => n.parse::<u64>().ok().map(Some),
+    };
+    Some((value(it.next()?)?, value(it.next()?)?))
+}
+
+fn locked_kib(status: &str) -> u64 {
+    status
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("VmLck:")
+                .or_else(|| l.strip_prefix("VmPin:"))
+        })
+        .filter_map(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .sum()
+}
+
+/// The applied claims resolved against the host's GPUs, each with whether the container uses it.
+pub fn allocation(claims: &[GpuClaim], gpus: &[Gpu], w: &Workload) -> Option<GpuAllocation> {
+    if claims.is_empty() {
+        return None;
+    }
+    let mut given = BTreeSet::new();
+    let mut unresolved = Vec::new();
+    for c in claims.iter().filter(|c| c.applied) {
+        match &c.devices {
+            ClaimedDevices::All => given.extend(gpus.iter().map(|g| g.device.index)),
+            ClaimedDevices::None | ClaimedDevices::Void => {}
+            ClaimedDevices::Unparsed { reason, .. } => {
+                unresolved.push(format!("{}: {reason}", c.declared))
+            }
+            ClaimedDevices::List(refs) => {
+                for r in refs {
+                    match find(gpus, r) {
+                        Ok(index) => {
+                            given.insert(index);
+                        }
+                        Err(why) => unresolved.push(format!("{r}: {why}")),
+                    }
+                }
+            }
+        }
+    }
+    let gpus = given
+        .into_iter()
+        .filter_map(|index| gpus.iter().find(|g| g.device.index == index))
+        .map(|g| {
+            let share = w.gpu.per_gpu.iter().find(|s| s.index == g.device.index);
+            AllocatedGpu {
+                index: g.device.index,
+                uuid: g.device.uuid.clone(),
+                in_use: share.is_some_and(|s| !s.pids.is_empty()),
+                memory_bytes: share.map_or(0, |s| s.memory_bytes),
+            }
+        })
+        .collect();
+    Some(GpuAllocation {
+        claims: claims.to_vec(),
+        gpus,
+        unresolved,
+    })
+}
+
+fn find(gpus: &[Gpu], r: &DeviceRef) -> Result<u32, String> {
+    let by = |f: &dyn Fn(&Gpu) -> bool| gpus.iter().find(|g| f(g)).map(|g| g.device.index);
+    let found = match r {
+        DeviceRef::Index(i) => by(&|g| g.device.index == *i),
+        DeviceRef::Uuid(u) => by(&|g| {
+            g.device
+                .uuid
+                .as_deref()
+                .is_some_and(|v| v.eq_ignore_ascii_case(u))
+        }),
+        DeviceRef::Minor(m) => by(&|g| g.device.minor_number == Some(*m)),
+        DeviceRef::MigIndex(..) | DeviceRef::MigUuid(_) => {
+            return Err("a MIG instance (gpuwatch does not enumerate MIG instances)".into())
+        }
+    };
+    found.ok_or_else(|| match gpus.len() {
+        0 => "NVML lists no GPU".to_owned(),
+        n => format!("no such GPU among the {n} NVML lists"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::test_support::{container, gpu};
+    use crate::model::{ClaimVia, WorkloadGpuShare};
+
+    fn claim(devices: ClaimedDevices, applied: bool) -> GpuClaim {
+        GpuClaim {
+            via: ClaimVia::VisibleDevicesEnv,
+            declared: "NVIDIA_VISIBLE_DEVICES=…".into(),
+            devices,
+            applied,
+            note: None,
+        }
+    }
+
+    #[test]
+    fn claims_resolve_by_index_uuid_and_minor_and_say_which_are_used() {
+        let mut gpus = vec![gpu(0), gpu(1), gpu(2)];
+        gpus[2].device.minor_number = Some(7);
+        let mut w = container("trainer");
+        let mut share = WorkloadGpuShare::new(1, None);
+        share.pids = vec![42];
+        share.memory_bytes = 1 << 30;
+        w.gpu.per_gpu.push(share);
+        let uuid = gpus[1].device.uuid.clone().unwrap().to_lowercase();
+        let claims = vec![
+            claim(
+                ClaimedDevices::List(vec![DeviceRef::Index(0), DeviceRef::Uuid(uuid)]),
+                true,
+            ),
+            claim(ClaimedDevices::List(vec![DeviceRef::Minor(7)]), true),
+            claim(
+                ClaimedDevices::List(vec![
+                    DeviceRef::Index(9),
+                    DeviceRef::MigUuid("MIG-1".into()),
+                ]),
+                true,
+            ),
+            claim(ClaimedDevices::All, false),
+        ];
+        let a = allocation(&claims, &gpus, &w).unwrap();
+        let got: Vec<(u32, bool, u64)> = a
+            .gpus
+            .iter()
+            .map(|g| (g.index, g.in_use, g.memory_bytes))
+            .collect();
+        assert_eq!(got, [(0, false, 0), (1, true, 1 << 30), (2, false, 0)]);
+        assert_eq!(a.unresolved.len(), 2, "{:?}", a.unresolved);
+        assert!(a.unresolved[0].starts_with("9: no such GPU among the 3"));
+        assert!(a.unresolved[1].contains("MIG"));
+        assert!(allocation(&[], &gpus, &w).is_none());
+        let none = allocation(&[claim(ClaimedDevices::None, true)], &gpus, &w).unwrap();
+        assert!(none.gpus.is_empty());
+    }
+
+    #[test]
+    fn memlock_and_locked_pages_from_proc() {
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
+                      Max open files            1048576              1048576              files\n\
+                      Max locked memory         8388608              unlimited            bytes\n";
+        assert_eq!(parse_memlock(limits), Some((Some(8 << 20), None)));
+        assert_eq!(parse_memlock("Max open files 1 1 files\n"), None);
+        assert_eq!(
+            locked_kib("Name:\tpython\nVmLck:\t     128 kB\nVmPin:\t      64 kB\n"),
+            192
+        );
+    }
+
+    #[test]
+    fn shm_of_a_real_process() {
+        // This test process's own view: /dev/shm is a tmpfs mount on Debian and in containers.
+        let me = std::process::id();
+        match shm(Path::new("/proc"), me).unwrap() {
+            Some((size, used)) => assert!(size > 0 && used <= size, "{size} {used}"),
+            None => assert!(!std::fs::read_to_string("/proc/self/mountinfo")
+                .unwrap()
+                .contains(" /dev/shm ")),
+        }
+    }
+}
