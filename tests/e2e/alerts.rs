@@ -520,7 +520,7 @@ fn a_broken_config_names_file_line_and_field() {
     .unwrap();
     let out = check_config(&path);
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("10 of 11 alert rules enabled"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("11 of 12 alert rules enabled"));
 }
 
 #[test]

@@ -409,13 +409,18 @@ fn a_cgroups_time_splits_into_cpu_run_queue_and_sleep_as_spent() {
         (s(t.on_cpu_ns) - usage_s).abs() <= 0.05 + 0.1 * usage_s,
         "on-CPU time against the cgroup's own usage: {summary}"
     );
+    // Each loop is runnable for its whole 0.6 s: on a CPU or waiting for one. How the 1.2 s
+    // divides depends on what else the pinned CPU runs (other tests' containers: 0.464 s on CPU
+    // and 0.818 s waiting under CI load, against about 0.6 and 0.6 on a quiet machine), but
+    // their sum does not, and two loops on one CPU wait at least half of it.
+    let runnable = s(t.on_cpu_ns) + s(t.runq_ns);
     assert!(
-        usage_s >= 0.5,
-        "the two loops ran about 0.6 s between them: {summary}"
+        (1.1..=1.4).contains(&runnable),
+        "two loops runnable 0.6 s each, 1.2 s on CPU or in the run queue: {summary}"
     );
     assert!(
-        (0.4..=0.8).contains(&s(t.runq_ns)),
-        "each loop waited about half of its 0.6 s in the run queue: {summary}"
+        s(t.runq_ns) >= 0.4,
+        "two loops sharing one CPU each waited about half of their 0.6 s: {summary}"
     );
     assert!(
         (2.0..=2.6).contains(&s(t.sleep_ns)),

@@ -481,6 +481,7 @@ pub fn examine(snaps: &[Snapshot], c: &DoctorConfig) -> Report {
         );
     }
 
+    checks.extend(super::config_checks::over(snaps));
     let status = checks.iter().map(|c| c.status).max().unwrap_or(Status::Ok);
     Report {
         status,

@@ -114,6 +114,12 @@ rule_config! {
     for = Duration::from_secs(30), severity = Severity::Critical
 }
 
+rule_config! {
+    /// A GPU given to a container that none of its processes uses (see `allocated_idle`).
+    AllocatedIdleRule {}
+    for = Duration::from_secs(600), severity = Severity::Warning
+}
+
 macro_rules! rules_config {
     ($($field:ident : $ty:ty,)*) => {
         /// Every rule, each with `enabled`, `for` and `severity` besides its own thresholds.
@@ -150,6 +156,7 @@ rules_config! {
     gpu_ecc_errors: EccRule,
     gpu_xid_errors: XidRule,
     ghost_process: GhostRule,
+    gpu_allocated_idle: AllocatedIdleRule,
 }
 
 impl RulesConfig {
@@ -704,6 +711,10 @@ pub fn evaluate(config: &RulesConfig, state: &mut RuleState, snap: &Snapshot) ->
         }
     }
     state.owners.retain(|pid, _| live_pids.contains(pid));
+    out.extend(super::allocated_idle::evaluate(
+        &config.gpu_allocated_idle,
+        snap,
+    ));
     out
 }
 

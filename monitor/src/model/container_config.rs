@@ -64,11 +64,23 @@ pub struct Memlock {
 /// The GPUs declared for the container, resolved against this host's GPUs.
 #[derive(Clone, Debug, Serialize)]
 pub struct GpuAllocation {
-    pub claims: Vec<GpuClaim>,
+    /// Every declaration, applied or not, with the GPUs it names.
+    pub claims: Vec<ResolvedClaim>,
     /// The GPUs the applied claims give it, with whether its processes use each.
     pub gpus: Vec<AllocatedGpu>,
-    /// Declared devices that name no GPU of this host (a UUID not listed, an index past the
-    /// count, a MIG instance: gpuwatch does not enumerate MIG instances).
+    /// Devices the applied claims declare that name no GPU of this host (a UUID not listed, an
+    /// index past the count, a MIG instance: gpuwatch does not enumerate MIG instances).
+    pub unresolved: Vec<String>,
+}
+
+/// One declaration and the GPUs of this host it names.
+#[derive(Clone, Debug, Serialize)]
+pub struct ResolvedClaim {
+    #[serde(flatten)]
+    pub claim: GpuClaim,
+    /// NVML indices of the GPUs it names.
+    pub gpus: Vec<u32>,
+    /// What it names that is no GPU of this host, and why.
     pub unresolved: Vec<String>,
 }
 

@@ -14,7 +14,8 @@ mod workload;
 
 pub use container::{ContainerInfo, GpuDeviceRequest};
 pub use container_config::{
-    AllocatedGpu, ContainerConfig, CpuLimit, GpuAllocation, Memlock, MemoryLimit, ShmUse,
+    AllocatedGpu, ContainerConfig, CpuLimit, GpuAllocation, Memlock, MemoryLimit, ResolvedClaim,
+    ShmUse,
 };
 pub use gpu::{DeviceReading, GpmState, ProcessKind, ProcessReading, SmActivity};
 pub use gpu_claim::{parse_visible_devices, ClaimVia, ClaimedDevices, DeviceRef, GpuClaim};

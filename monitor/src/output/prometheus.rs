@@ -112,6 +112,75 @@ fn with(mut labels: Labels, extra: &[(&'static str, String)]) -> Labels {
     labels
 }
 
+impl SnapshotCollector {
+    /// The container's configuration: `/dev/shm`, and the GPUs it was given.
+    fn encode_container_config(
+        &self,
+        enc: &mut DescriptorEncoder,
+        ws: &[(&Workload, Labels)],
+    ) -> Result<(), std::fmt::Error> {
+        use MetricType::Gauge;
+        let shm = |f: fn(&crate::model::ShmUse) -> u64| {
+            ws.iter().filter_map(move |(w, l)| {
+                Some((l.clone(), f(w.config.as_ref()?.shm.as_ref()?) as f64))
+            })
+        };
+        family(
+            enc,
+            "gpuwatch_container_shm_size",
+            "Size of the container's /dev/shm.",
+            Some(Unit::Bytes),
+            Gauge,
+            shm(|s| s.size_bytes),
+        )?;
+        family(
+            enc,
+            "gpuwatch_container_shm_used",
+            "Bytes used in the container's /dev/shm.",
+            Some(Unit::Bytes),
+            Gauge,
+            shm(|s| s.used_bytes),
+        )?;
+        let allocated = |f: fn(&crate::model::AllocatedGpu) -> f64| {
+            ws.iter()
+                .filter_map(|(w, l)| Some((w.config.as_ref()?.gpus.as_ref()?, l)))
+                .flat_map(move |(a, l)| {
+                    a.gpus.iter().map(move |g| {
+                        (
+                            with(
+                                l.clone(),
+                                &[
+                                    ("gpu", g.index.to_string()),
+                                    ("uuid", g.uuid.clone().unwrap_or_default()),
+                                ],
+                            ),
+                            f(g),
+                        )
+                    })
+                })
+                .collect::<Vec<_>>()
+        };
+        family(
+            enc,
+            "gpuwatch_container_gpu_allocated",
+            "1 per GPU given to the container (--gpus, --device /dev/nvidiaN, or \
+             NVIDIA_VISIBLE_DEVICES under the NVIDIA runtime).",
+            None,
+            Gauge,
+            allocated(|_| 1.0),
+        )?;
+        family(
+            enc,
+            "gpuwatch_container_gpu_allocated_idle",
+            "1 when a GPU given to the container has none of its processes on it this round: \
+             sum it over time for idle-held GPU-hours.",
+            None,
+            Gauge,
+            allocated(|g| if g.in_use { 0.0 } else { 1.0 }),
+        )
+    }
+}
+
 impl Collector for SnapshotCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         use MetricType::{Counter, Gauge};
@@ -551,6 +620,7 @@ impl Collector for SnapshotCollector {
             ws.iter()
                 .filter_map(|(w, l)| Some((l.clone(), w.stalls.as_ref()?.reads.count as f64))),
         )?;
+        self.encode_container_config(&mut enc, &ws)?;
 
         // Alerts, as Prometheus's own ALERTS series: one per pending or firing alert.
         family(

@@ -3,7 +3,7 @@
 //! its GPU processes' `status`, and what the cgroup and the probes measured in the window.
 use crate::model::{
     AllocatedGpu, ClaimedDevices, ContainerConfig, ContainerInfo, CpuLimit, DeviceRef, Gpu,
-    GpuAllocation, GpuClaim, Memlock, MemoryLimit, ProcessRole, ShmUse, Workload,
+    GpuAllocation, GpuClaim, Memlock, MemoryLimit, ProcessRole, ResolvedClaim, ShmUse, Workload,
 };
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -166,32 +166,18 @@ fn locked_kib(status: &str) -> u64 {
         .sum()
 }
 
-/// The applied claims resolved against the host's GPUs, each with whether the container uses it.
+/// Each claim resolved against the host's GPUs; the applied ones' GPUs, each with whether the
+/// container uses it.
 pub fn allocation(claims: &[GpuClaim], gpus: &[Gpu], w: &Workload) -> Option<GpuAllocation> {
     if claims.is_empty() {
         return None;
     }
-    let mut given = BTreeSet::new();
-    let mut unresolved = Vec::new();
-    for c in claims.iter().filter(|c| c.applied) {
-        match &c.devices {
-            ClaimedDevices::All => given.extend(gpus.iter().map(|g| g.device.index)),
-            ClaimedDevices::None | ClaimedDevices::Void => {}
-            ClaimedDevices::Unparsed { reason, .. } => {
-                unresolved.push(format!("{}: {reason}", c.declared))
-            }
-            ClaimedDevices::List(refs) => {
-                for r in refs {
-                    match find(gpus, r) {
-                        Ok(index) => {
-                            given.insert(index);
-                        }
-                        Err(why) => unresolved.push(format!("{r}: {why}")),
-                    }
-                }
-            }
-        }
-    }
+    let resolved: Vec<ResolvedClaim> = claims.iter().map(|c| resolve(c, gpus)).collect();
+    let applied = || resolved.iter().filter(|r| r.claim.applied);
+    let given: BTreeSet<u32> = applied().flat_map(|r| r.gpus.iter().copied()).collect();
+    let unresolved = applied()
+        .flat_map(|r| r.unresolved.iter().cloned())
+        .collect();
     let gpus = given
         .into_iter()
         .filter_map(|index| gpus.iter().find(|g| g.device.index == index))
@@ -206,10 +192,35 @@ pub fn allocation(claims: &[GpuClaim], gpus: &[Gpu], w: &Workload) -> Option<Gpu
         })
         .collect();
     Some(GpuAllocation {
-        claims: claims.to_vec(),
+        claims: resolved,
         gpus,
         unresolved,
     })
+}
+
+fn resolve(c: &GpuClaim, gpus: &[Gpu]) -> ResolvedClaim {
+    let mut out = ResolvedClaim {
+        claim: c.clone(),
+        gpus: Vec::new(),
+        unresolved: Vec::new(),
+    };
+    match &c.devices {
+        ClaimedDevices::All => out.gpus.extend(gpus.iter().map(|g| g.device.index)),
+        ClaimedDevices::None | ClaimedDevices::Void => {}
+        ClaimedDevices::Unparsed { reason, .. } => {
+            out.unresolved.push(format!("{}: {reason}", c.declared))
+        }
+        ClaimedDevices::List(refs) => {
+            for r in refs {
+                match find(gpus, r) {
+                    Ok(index) if !out.gpus.contains(&index) => out.gpus.push(index),
+                    Ok(_) => {}
+                    Err(why) => out.unresolved.push(format!("{r}: {why}")),
+                }
+            }
+        }
+    }
+    out
 }
 
 fn find(gpus: &[Gpu], r: &DeviceRef) -> Result<u32, String> {
@@ -284,6 +295,9 @@ mod tests {
         assert_eq!(a.unresolved.len(), 2, "{:?}", a.unresolved);
         assert!(a.unresolved[0].starts_with("9: no such GPU among the 3"));
         assert!(a.unresolved[1].contains("MIG"));
+        assert_eq!(a.claims[0].gpus, [0, 1]);
+        assert_eq!(a.claims[1].gpus, [2]);
+        assert_eq!(a.claims[3].gpus, [0, 1, 2], "resolved, though not applied");
         assert!(allocation(&[], &gpus, &w).is_none());
         let none = allocation(&[claim(ClaimedDevices::None, true)], &gpus, &w).unwrap();
         assert!(none.gpus.is_empty());

@@ -1,0 +1,117 @@
+//! The `gpu_allocated_idle` rule: a GPU given to a container (`--gpus`, `--device`,
+//! `NVIDIA_VISIBLE_DEVICES` under the NVIDIA runtime) on which none of its processes holds
+//! memory or a context — the GPU reserved and never used. One subject per container and GPU.
+use super::rules::{
+    AllocatedIdleRule, ContainerRef, Evaluation, Finding, GpuRef, Outcome, Subject,
+};
+use crate::model::Snapshot;
+
+pub fn evaluate(r: &AllocatedIdleRule, snap: &Snapshot) -> Vec<Evaluation> {
+    if !r.enabled {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for w in snap.workloads.iter().filter(|w| !w.exited) {
+        let Some(a) = w.config.as_ref().and_then(|c| c.gpus.as_ref()) else {
+            continue;
+        };
+        let declared: Vec<&str> = a
+            .claims
+            .iter()
+            .filter(|c| c.claim.applied)
+            .map(|c| c.claim.declared.as_str())
+            .collect();
+        for g in &a.gpus {
+            let key = g
+                .uuid
+                .clone()
+                .unwrap_or_else(|| format!("index-{}", g.index));
+            // Without NVML this round, use cannot be told.
+            let outcome = if !snap.sources.nvml.up {
+                Outcome::Unknown
+            } else if g.in_use {
+                Outcome::Clear
+            } else {
+                Outcome::Breached(Finding {
+                    value: 0.0,
+                    threshold: 0.0,
+                    unit: "processes",
+                    summary: format!(
+                        "GPU {} is given to {} ({}) and none of its processes uses it",
+                        g.index,
+                        w.name,
+                        declared.join(", ")
+                    ),
+                    action: format!(
+                        "Free GPU {} for other jobs: leave it out of the container's --gpus / \
+                         NVIDIA_VISIBLE_DEVICES, or check why the job does not use it \
+                         (CUDA_VISIBLE_DEVICES inside, a single-GPU script given several).",
+                        g.index
+                    ),
+                })
+            };
+            out.push(Evaluation {
+                rule: "gpu_allocated_idle",
+                severity: r.severity,
+                for_: r.for_,
+                key: format!("gpu_allocated_idle/{}/{key}", w.id),
+                subject: Subject {
+                    gpu: Some(GpuRef {
+                        index: g.index,
+                        uuid: g.uuid.clone(),
+                    }),
+                    container: Some(ContainerRef::of(w)),
+                    pid: None,
+                },
+                outcome,
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::test_support::{container, snapshot};
+    use crate::model::{AllocatedGpu, ContainerConfig, GpuAllocation};
+
+    fn given(in_use: bool) -> Snapshot {
+        let mut w = container("trainer");
+        w.config = Some(ContainerConfig {
+            gpus: Some(GpuAllocation {
+                claims: Vec::new(),
+                gpus: vec![AllocatedGpu {
+                    index: 1,
+                    uuid: Some("GPU-1".into()),
+                    in_use,
+                    memory_bytes: 0,
+                }],
+                unresolved: Vec::new(),
+            }),
+            ..Default::default()
+        });
+        snapshot(0, Vec::new(), vec![w])
+    }
+
+    #[test]
+    fn an_unused_given_gpu_breaches_and_a_used_one_clears() {
+        let r = AllocatedIdleRule::default();
+        assert_eq!(r.for_, std::time::Duration::from_secs(600));
+        let idle = evaluate(&r, &given(false));
+        assert_eq!(idle.len(), 1);
+        let Outcome::Breached(f) = &idle[0].outcome else {
+            panic!("{:?}", idle[0].outcome)
+        };
+        assert!(
+            f.summary.contains("GPU 1 is given to trainer"),
+            "{}",
+            f.summary
+        );
+        assert_eq!(idle[0].subject.gpu.as_ref().unwrap().index, 1);
+        assert_eq!(evaluate(&r, &given(true))[0].outcome, Outcome::Clear);
+        let mut down = given(false);
+        down.sources.nvml = crate::model::SourceState::down("no NVML");
+        assert_eq!(evaluate(&r, &down)[0].outcome, Outcome::Unknown);
+    }
+}
