@@ -213,9 +213,18 @@ fn gpu_claims_resolve_and_a_given_gpu_left_unused_fires() {
         .collect();
     let status = child.wait().unwrap();
     assert!(status.success(), "watch: {status}");
+    // Of this test's containers (a host may run others with GPUs declared).
+    let ours = [&used, &idle, &by_uuid, &by_index, &all, &garbage].map(|c| c.name.as_str());
     let fired: Vec<(String, u64)> = lines
         .iter()
         .filter(|n| n["status"] == "firing" && n["alert"]["rule"] == "gpu_allocated_idle")
+        .filter(|n| {
+            ours.contains(
+                &n["alert"]["subject"]["container"]["name"]
+                    .as_str()
+                    .unwrap_or(""),
+            )
+        })
         .map(|n| {
             (
                 n["alert"]["subject"]["container"]["name"]

@@ -5,50 +5,92 @@ use crate::model::{
     AllocatedGpu, ClaimedDevices, ContainerConfig, ContainerInfo, CpuLimit, DeviceRef, Gpu,
     GpuAllocation, GpuClaim, Memlock, MemoryLimit, ProcessRole, ResolvedClaim, ShmUse, Workload,
 };
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 
 /// A loader process busy (on a CPU or waiting for one) this share of the window counts as busy.
 const BUSY_LOADER_SHARE: f64 = 0.5;
 
-/// The configuration section of container `w` (its facts only; the checks are the analysis's).
-pub fn read(
-    proc_root: &Path,
-    c: &ContainerInfo,
-    w: &Workload,
-    gpus: &[Gpu],
-    window: Option<f64>,
-) -> ContainerConfig {
-    let mut out = ContainerConfig {
-        cpu: cpu(w, window),
-        memory: memory(w),
-        gpus: allocation(&c.gpu_claims, gpus, w),
-        ..Default::default()
-    };
-    let Some(pid) = c.init_pid else {
-        out.errors
-            .insert("process", "Docker gave no main process PID".into());
-        return out;
-    };
-    match shm(proc_root, pid) {
-        Ok(s) => {
-            out.shm = s.map(|(size_bytes, used_bytes)| ShmUse {
-                size_bytes,
-                used_bytes,
-                ipc_mode: c.ipc_mode.clone(),
+/// What stays put while a container's main process lives, read once per process: whether it
+/// has a `/dev/shm` mount (its `mountinfo`) and its memlock limit (its `limits`). Per round only
+/// a `statvfs` and the GPU processes' locked pages are read.
+#[derive(Clone)]
+struct Fixed {
+    shm_mounted: Result<bool, String>,
+    memlock: Result<(Option<u64>, Option<u64>), String>,
+}
+
+/// Reads each container's configuration section, caching what does not change.
+#[derive(Default)]
+pub struct ConfigReader {
+    fixed: HashMap<(String, u32), Fixed>,
+}
+
+impl ConfigReader {
+    /// The configuration section of container `w` (its facts only; the checks are the
+    /// analysis's).
+    pub fn read(
+        &mut self,
+        proc_root: &Path,
+        c: &ContainerInfo,
+        w: &Workload,
+        gpus: &[Gpu],
+        window: Option<f64>,
+    ) -> ContainerConfig {
+        let mut out = ContainerConfig {
+            cpu: cpu(w, window),
+            memory: memory(w),
+            gpus: allocation(&c.gpu_claims, gpus, w),
+            ..Default::default()
+        };
+        let Some(pid) = c.init_pid else {
+            out.errors
+                .insert("process", "Docker gave no main process PID".into());
+            return out;
+        };
+        let fixed = self
+            .fixed
+            .entry((c.id.clone(), pid))
+            .or_insert_with(|| Fixed {
+                shm_mounted: shm_mounted(proc_root, pid),
+                memlock: memlock_limit(proc_root, pid),
             })
+            .clone();
+        match fixed.shm_mounted.and_then(|m| match m {
+            true => shm_use(proc_root, pid).map(Some),
+            false => Ok(None),
+        }) {
+            Ok(s) => {
+                out.shm = s.map(|(size_bytes, used_bytes)| ShmUse {
+                    size_bytes,
+                    used_bytes,
+                    ipc_mode: c.ipc_mode.clone(),
+                })
+            }
+            Err(e) => {
+                out.errors.insert("shm", e);
+            }
         }
-        Err(e) => {
-            out.errors.insert("shm", e);
+        match fixed.memlock {
+            Ok((soft_bytes, hard_bytes)) => {
+                out.memlock = Some(Memlock {
+                    soft_bytes,
+                    hard_bytes,
+                    // Locked pages matter only under a limit.
+                    locked_bytes: soft_bytes.map_or(0, |_| locked_bytes(proc_root, w)),
+                })
+            }
+            Err(e) => {
+                out.errors.insert("memlock", e);
+            }
         }
+        out
     }
-    match memlock(proc_root, pid, w) {
-        Ok(m) => out.memlock = Some(m),
-        Err(e) => {
-            out.errors.insert("memlock", e);
-        }
+
+    /// Forgets the containers `running` no longer lists.
+    pub fn retain(&mut self, running: impl Fn(&str) -> bool) {
+        self.fixed.retain(|(id, _), _| running(id));
     }
-    out
 }
 
 fn cpu(w: &Workload, window: Option<f64>) -> CpuLimit {
@@ -83,26 +125,27 @@ fn memory(w: &Workload) -> MemoryLimit {
     }
 }
 
-/// Size and use of the `/dev/shm` mount the process sees; `None` if it has none.
-fn shm(proc_root: &Path, pid: u32) -> Result<Option<(u64, u64)>, String> {
+/// Whether the process sees a `/dev/shm` mount.
+fn shm_mounted(proc_root: &Path, pid: u32) -> Result<bool, String> {
     let mountinfo = proc_root.join(pid.to_string()).join("mountinfo");
     let text =
         std::fs::read_to_string(&mountinfo).map_err(|e| format!("{}: {e}", mountinfo.display()))?;
-    let mounted = text
+    Ok(text
         .lines()
-        .any(|l| l.split(' ').nth(4) == Some("/dev/shm"));
-    if !mounted {
-        return Ok(None);
-    }
+        .any(|l| l.split(' ').nth(4) == Some("/dev/shm")))
+}
+
+/// Size and use of the `/dev/shm` the process sees.
+fn shm_use(proc_root: &Path, pid: u32) -> Result<(u64, u64), String> {
     let path = proc_root.join(pid.to_string()).join("root/dev/shm");
     let st = statvfs(&path).map_err(|e| format!("statvfs {}: {e}", path.display()))?;
     let frsize = st.f_frsize;
-    Ok(Some((
+    Ok((
         st.f_blocks.saturating_mul(frsize),
         st.f_blocks
             .saturating_sub(st.f_bfree)
             .saturating_mul(frsize),
-    )))
+    ))
 }
 
 fn statvfs(path: &Path) -> std::io::Result<libc::statvfs> {
@@ -118,28 +161,26 @@ fn statvfs(path: &Path) -> std::io::Result<libc::statvfs> {
     Ok(unsafe { st.assume_init() })
 }
 
-/// The main process's `Max locked memory`, and `VmLck` + `VmPin` over the GPU processes.
-fn memlock(proc_root: &Path, pid: u32, w: &Workload) -> Result<Memlock, String> {
+/// The main process's `Max locked memory` (soft, hard).
+fn memlock_limit(proc_root: &Path, pid: u32) -> Result<(Option<u64>, Option<u64>), String> {
     let path = proc_root.join(pid.to_string()).join("limits");
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let (soft_bytes, hard_bytes) = parse_memlock(&text)
-        .ok_or_else(|| format!("{}: no readable \"Max locked memory\" line", path.display()))?;
+    parse_memlock(&text)
+        .ok_or_else(|| format!("{}: no readable \"Max locked memory\" line", path.display()))
+}
+
+/// `VmLck` + `VmPin` over the workload's GPU processes.
+fn locked_bytes(proc_root: &Path, w: &Workload) -> u64 {
     let pids: BTreeSet<u32> = w
         .gpu
         .per_gpu
         .iter()
         .flat_map(|s| s.pids.iter().copied())
         .collect();
-    let locked_bytes = pids
-        .iter()
+    pids.iter()
         .filter_map(|p| std::fs::read_to_string(proc_root.join(p.to_string()).join("status")).ok())
         .map(|status| locked_kib(&status) * 1024)
-        .sum();
-    Ok(Memlock {
-        soft_bytes,
-        hard_bytes,
-        locked_bytes,
-    })
+        .sum()
 }
 
 /// `(soft, hard)` of the `Max locked memory` line of `/proc/<pid>/limits`; `None` = unlimited.
@@ -320,11 +361,13 @@ mod tests {
     fn shm_of_a_real_process() {
         // This test process's own view: /dev/shm is a tmpfs mount on Debian and in containers.
         let me = std::process::id();
-        match shm(Path::new("/proc"), me).unwrap() {
-            Some((size, used)) => assert!(size > 0 && used <= size, "{size} {used}"),
-            None => assert!(!std::fs::read_to_string("/proc/self/mountinfo")
+        if shm_mounted(Path::new("/proc"), me).unwrap() {
+            let (size, used) = shm_use(Path::new("/proc"), me).unwrap();
+            assert!(size > 0 && used <= size, "{size} {used}");
+        } else {
+            assert!(!std::fs::read_to_string("/proc/self/mountinfo")
                 .unwrap()
-                .contains(" /dev/shm ")),
+                .contains(" /dev/shm "));
         }
     }
 }

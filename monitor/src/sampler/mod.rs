@@ -23,6 +23,7 @@ use crate::process_checks::ProcessChecks;
 use crate::sources::docker::DockerCache;
 use crate::sources::gpu::{GpuSource, GpuSourceConfig};
 use cgroups::{discover_docker_cgroups, membership_for_path, WorkloadCgroup};
+use container_config::ConfigReader;
 use pending::{Completion, Fetched, PendingRound};
 use stalls::Stalls;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -77,6 +78,7 @@ pub struct Sampler {
     processes: ProcessTable,
     checks: ProcessChecks,
     proc_root: PathBuf,
+    container_configs: ConfigReader,
     cgroups: HashMap<WorkloadId, WorkloadCgroup>,
     previous: HashMap<WorkloadId, Previous>,
     previous_at: Option<(Instant, u64)>,
@@ -144,6 +146,7 @@ impl Sampler {
             processes: ProcessTable::new(&config.proc_root, config.revalidate_rounds),
             checks: ProcessChecks::new(&config.proc_root),
             proc_root: config.proc_root.clone(),
+            container_configs: ConfigReader::default(),
             cgroups: HashMap::new(),
             previous: HashMap::new(),
             previous_at: None,
@@ -298,9 +301,18 @@ impl Sampler {
         let probe_ok = self.read_counters(&mut workloads, window, &gpu_pids);
         for w in workloads.values_mut().filter(|w| !w.exited) {
             if let Some(c) = &w.container {
-                w.config = Some(container_config::read(&self.proc_root, c, w, &gpus, window));
+                let config = self
+                    .container_configs
+                    .read(&self.proc_root, c, w, &gpus, window);
+                w.config = Some(config);
             }
         }
+        let running: HashSet<&str> = workloads
+            .values()
+            .filter(|w| !w.exited)
+            .filter_map(|w| Some(w.container.as_ref()?.id.as_str()))
+            .collect();
+        self.container_configs.retain(|id| running.contains(id));
         if probe_ok {
             self.stalls.end_round(&self.proc_root);
         }
