@@ -42,9 +42,16 @@ pub fn findings(w: &Workload) -> Vec<ConfigFinding> {
     let Some(c) = &w.config else {
         return Vec::new();
     };
-    // Any non-GPU process counts as a loader, so only a GPU process marks a training job.
+    // DataLoader workers: a GPU job with other processes that ran in the window (known only
+    // with stall tracing; without it the default size is not flagged, only a full one).
+    let workers = w.gpu.processes > 0
+        && w.stalls.as_ref().is_some_and(|s| {
+            s.processes
+                .iter()
+                .any(|p| p.role == crate::model::ProcessRole::Loader && p.on_cpu_seconds > 0.0)
+        });
     let mut out = Vec::new();
-    out.extend(shm(c, w.gpu.processes > 0));
+    out.extend(shm(c, workers));
     out.extend(cpu(c));
     out.extend(memory(c));
     out.extend(memlock(c));
@@ -304,9 +311,27 @@ mod tests {
     use crate::model::test_support::container;
     use crate::model::{AllocatedGpu, CpuLimit, GpuAllocation, Memlock, MemoryLimit, ShmUse};
 
+    /// A GPU job with one DataLoader worker that ran in the window.
     fn with(config: ContainerConfig) -> Workload {
         let mut w = container("trainer");
         w.gpu.processes = 1;
+        w.stalls = Some(crate::model::StallWindow {
+            cgroup_id: 1,
+            processes: vec![crate::model::ProcessStall {
+                pid: 7,
+                role: crate::model::ProcessRole::Loader,
+                on_cpu_seconds: 0.3,
+                runq_seconds: 0.0,
+                blocked_seconds: 0.0,
+                sleep_seconds: 0.7,
+                switches: 10,
+                blocked_switches: 0,
+                main_thread: None,
+            }],
+            reads: Default::default(),
+            disk: Default::default(),
+            io_traced: true,
+        });
         w.config = Some(config);
         w
     }
@@ -348,6 +373,9 @@ mod tests {
             level_of(&shm(64 << 20, 1 << 20, "host"), "container_shm"),
             [Level::Ok]
         );
+        let mut no_workers = shm(64 << 20, 1 << 20, "private");
+        no_workers.stalls = None;
+        assert_eq!(level_of(&no_workers, "container_shm"), [Level::Ok]);
         assert_eq!(
             level_of(&shm(8 << 30, 1 << 20, "private"), "container_shm"),
             [Level::Ok]
