@@ -1,9 +1,11 @@
 //! The cost of stall tracing: `probe_cost [--seconds N] [--rounds N] [--unwatched]` (root).
 //!
 //! Two loads, each in a cgroup of its own and pinned to one CPU (so a run's throughput depends on
-//! the probes, not on where the scheduler put it). Each round runs a load three times: without
+//! the probes, not on where the scheduler put it). Each round runs a load four times: without
 //! probes, with empty programs on the same tracepoints (the tracing mechanism's own cost, the
-//! floor no program can go below), and with the stall probes loaded and watching that cgroup:
+//! floor no program can go below), with the stall probes loaded and watching that cgroup, and
+//! with them as adaptive tracing leaves them when no workload needs read evidence (scheduler
+//! programs only):
 //! - **ping-pong**, the syscall- and switch-heavy load: two processes pass one byte back and forth
 //!   over a pair of pipes (each round trip: two reads, two writes, two context switches; the
 //!   reads and switches are traced). Gives the average kernel time per traced event (BPF
@@ -188,6 +190,9 @@ struct Arms {
     without: Vec<f64>,
     empty: Vec<f64>,
     full: Vec<f64>,
+    /// gpuwatch's programs under adaptive tracing with no workload needing read evidence:
+    /// the scheduler programs attached, the read and block programs loaded but detached.
+    adaptive_idle: Vec<f64>,
 }
 
 /// BPF statistics of the runs with empty programs and with gpuwatch's.
@@ -218,12 +223,17 @@ fn alternate(
                 add_program_stats(&mut s.empty, &probe);
             }
         }
-        let mut probe = StallProbe::load(true)?;
-        probe.watch(&HashSet::from([watched]))?;
-        arms.full.push(run_load(procs, cpu, load, secs)?);
-        if let Some(s) = stats.as_deref_mut() {
-            add_program_stats(&mut s.full, &probe);
+        {
+            let mut probe = StallProbe::load(true)?;
+            probe.watch(&HashSet::from([watched]))?;
+            arms.full.push(run_load(procs, cpu, load, secs)?);
+            if let Some(s) = stats.as_deref_mut() {
+                add_program_stats(&mut s.full, &probe);
+            }
         }
+        let mut probe = StallProbe::load_io_detached(true)?;
+        probe.watch(&HashSet::from([watched]))?;
+        arms.adaptive_idle.push(run_load(procs, cpu, load, secs)?);
     }
     Ok(arms)
 }
@@ -363,11 +373,14 @@ fn main() -> anyhow::Result<()> {
     let ratios = |arms: &Arms| {
         let base = mean(&arms.without);
         format!(
-            "empty programs {:.3} (median {:.3}), gpuwatch's {:.3} (median {:.3})",
+            "empty programs {:.3} (median {:.3}), gpuwatch's {:.3} (median {:.3}), adaptive with \
+             none needed {:.3} (median {:.3})",
             mean(&arms.empty) / base,
             median_ratio(&arms.without, &arms.empty),
             mean(&arms.full) / base,
-            median_ratio(&arms.without, &arms.full)
+            median_ratio(&arms.without, &arms.full),
+            mean(&arms.adaptive_idle) / base,
+            median_ratio(&arms.without, &arms.adaptive_idle)
         )
     };
     println!(
@@ -386,7 +399,7 @@ fn main() -> anyhow::Result<()> {
         );
     }
     println!(
-        "({rounds} rounds of {secs} s per load and arm (without, empty, gpuwatch's), pinned to CPU {cpu})"
+        "({rounds} rounds of {secs} s per load and arm (without, empty, gpuwatch's, adaptive idle), pinned to CPU {cpu})"
     );
     Ok(())
 }

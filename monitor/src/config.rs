@@ -61,6 +61,9 @@ pub struct SourcesConfig {
     /// once the series covers them: up to this much late. `top` fetches every round.
     #[serde(with = "duration")]
     pub nvml_series_interval: Duration,
+    /// When the read-syscall and block programs are attached: `mode` adaptive (default),
+    /// always or off, `linger`, `idle_share`, `active_share`.
+    pub read_tracing: crate::sampler::io_tracing::IoTracingConfig,
 }
 
 impl Default for SourcesConfig {
@@ -73,6 +76,7 @@ impl Default for SourcesConfig {
             ebpf: true,
             proc_root: PathBuf::from("/proc"),
             nvml_series_interval: crate::sampler::DEFAULT_SERIES_INTERVAL,
+            read_tracing: Default::default(),
         }
     }
 }
@@ -147,6 +151,10 @@ impl Config {
         if self.interval.is_zero() {
             return Err(("interval".into(), "must be more than 0".into()));
         }
+        self.sources
+            .read_tracing
+            .validate()
+            .map_err(|(f, why)| (format!("sources.read_tracing.{f}"), why))?;
         if self.sources.nvml_series_interval.is_zero() {
             return Err((
                 "sources.nvml_series_interval".into(),
@@ -324,6 +332,24 @@ mod tests {
         let r = &c.alerts.rules.gpu_underutilized;
         assert_eq!(r.below_percent, 20.0);
         assert_eq!(r.for_, Duration::from_secs(120));
+    }
+
+    #[test]
+    fn read_tracing_is_adaptive_by_default_and_checked() {
+        use crate::sampler::io_tracing::IoTracingMode;
+        let c = parse("{}\n").unwrap();
+        assert_eq!(c.sources.read_tracing.mode, IoTracingMode::Adaptive);
+        assert_eq!(c.sources.read_tracing.linger, Duration::from_secs(300));
+        let one_shot = c.sources.read_tracing.for_one_shot();
+        assert_eq!(one_shot.mode, IoTracingMode::Always);
+        let c = parse("sources:\n  read_tracing: {mode: off, linger: 1m}\n").unwrap();
+        assert_eq!(c.sources.read_tracing.mode, IoTracingMode::Off);
+        assert_eq!(c.sources.read_tracing.for_one_shot().mode, IoTracingMode::Off);
+        let e = parse("sources:\n  read_tracing: {idle_share: 2}\n").expect_err("not a share");
+        assert!(
+            e.to_string().contains("sources.read_tracing.idle_share"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -303,6 +303,60 @@ fn empty_programs_record_nothing_where_the_probes_count_every_read() {
     );
 }
 
+/// Adaptive tracing's mechanism on the real kernel: loaded detached, the read programs count
+/// nothing; two steps attach them (starts, then ends) and every read is counted; two steps
+/// detach them and reads go uncounted again, with no end left to meet a stale start.
+#[test]
+fn the_read_programs_attach_and_detach_in_two_steps() {
+    use gpuwatch::model::IoTracing;
+    require_root();
+    let cg = TempCgroup::new("io-steps");
+    const READS: u64 = 3000;
+    let reads_in_cgroup = || {
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("{} && {}", cg.join_self(), dd_reads(READS)))
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    let mut probe = StallProbe::load_io_detached(true).unwrap();
+    probe.watch(&HashSet::from([cg.id])).unwrap();
+    assert_eq!(probe.io_state(), IoTracing::Off);
+    reads_in_cgroup();
+    assert_eq!(
+        reads_counted(&mut probe, cg.id),
+        0,
+        "detached: no read is seen"
+    );
+
+    assert_eq!(probe.step_io(true).unwrap(), IoTracing::Starting);
+    assert_eq!(probe.step_io(true).unwrap(), IoTracing::On);
+    assert_eq!(probe.step_io(true).unwrap(), IoTracing::On, "on stays on");
+    reads_in_cgroup();
+    let counted = reads_counted(&mut probe, cg.id);
+    assert!(
+        (READS..=READS + 10).contains(&counted),
+        "{counted} reads counted for {READS} of dd's, plus its loader's few"
+    );
+
+    assert_eq!(probe.step_io(false).unwrap(), IoTracing::Stopping);
+    assert_eq!(probe.step_io(false).unwrap(), IoTracing::Off);
+    reads_in_cgroup();
+    assert_eq!(
+        reads_counted(&mut probe, cg.id),
+        counted,
+        "detached again: the count stands"
+    );
+    let mut totals = ProbeTotals::default();
+    probe.read(&mut totals).unwrap();
+    assert_eq!(
+        totals.failures[monitor_common::probe_stat::UNMATCHED_END as usize],
+        0,
+        "every counted end met its start"
+    );
+}
+
 /// A process moved into a watched cgroup is tracked from its next switch-in: what a CPU cached
 /// about it ("unwatched") does not outlive the move.
 #[test]
@@ -436,4 +490,122 @@ fn a_cgroups_time_splits_into_cpu_run_queue_and_sleep_as_spent() {
 
 fn num_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Adaptive tracing through the agent: a container whose GPU is busy keeps the read programs
+/// off; when its GPU idles while its loader works they come on (and its windows carry read
+/// evidence); once it recovers they go off again after the linger.
+#[test]
+fn the_agent_traces_reads_only_while_a_container_needs_them() {
+    use std::io::{BufRead, BufReader};
+    require_root();
+    let c = Container::start(
+        &unique("adaptive"),
+        &[],
+        // A loader at about a quarter of a CPU: the verdict test beside it needs the rest.
+        "while :; do dd if=/dev/zero of=/dev/null bs=4096 count=20000 status=none; sleep 0.1; done",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    let write = |sm: u32| {
+        let s = json!({"devices": [{"uuid": "GPU-00000000-0000-0000-0000-0000000000ad",
+            "processes": [{"pid": c.pid, "used_memory_bytes": 1u64 << 30, "sm_util": sm}]}]});
+        let tmp = dir.path().join("scenario.tmp");
+        std::fs::write(&tmp, s.to_string()).unwrap();
+        std::fs::rename(&tmp, &scenario).unwrap();
+    };
+    write(95);
+    let config = dir.path().join("gpuwatch.yaml");
+    std::fs::write(
+        &config,
+        "interval: 250ms\nsources:\n  nvml_series_interval: 1s\n  read_tracing: {linger: 2s}\n",
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        .env("GPUWATCH_NVML_LIB", fake_nvml_lib())
+        .env("FAKE_NVML_SCENARIO", &scenario)
+        .arg("-c")
+        .arg(&config)
+        .args(["record", "--format", "jsonl", "--duration", "40s"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let id = format!("docker:{}", c.id);
+    // Phases: 0 healthy (off expected), 1 sick (until on), 2 recovered (until off).
+    let (mut phase, mut healthy_rounds, mut traced_reads) = (0, 0, 0u64);
+    let mut recovered_at: Option<u64> = None;
+    let (mut off_after_ms, mut on_after_ms, mut sick_at) = (None, None, None);
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let snap: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        let state = snap["probes"]["io_tracing"]["state"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let w = workload(&snap, &id);
+        let t = snap["taken_at_unix_ms"].as_u64().unwrap();
+        match phase {
+            0 => {
+                assert_eq!(state, "off", "a busy GPU needs no read tracing: {snap:#}");
+                if w["gpu"]["busy_fraction"].as_f64().is_some_and(|b| b > 0.8) {
+                    healthy_rounds += 1;
+                }
+                if healthy_rounds >= 6 {
+                    write(10);
+                    sick_at = Some(now_ms());
+                    phase = 1;
+                }
+            }
+            1 => {
+                if state == "on" && on_after_ms.is_none() {
+                    on_after_ms = Some(now_ms() - sick_at.unwrap());
+                }
+                if w["stalls"]["io_traced"] == true {
+                    traced_reads += w["stalls"]["reads"]["count"].as_u64().unwrap();
+                    assert!(
+                        snap["probes"]["io_tracing"]["reason"]
+                            .as_str()
+                            .is_some_and(|r| r.contains(&c.name)),
+                        "{:#}",
+                        snap["probes"]
+                    );
+                }
+                if traced_reads > 0 {
+                    write(95);
+                    recovered_at = Some(t);
+                    phase = 2;
+                }
+            }
+            _ => {
+                if state == "off" {
+                    off_after_ms = Some(t - recovered_at.unwrap());
+                    break;
+                }
+            }
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        traced_reads > 0,
+        "the reads of the idle container were traced (phase {phase})"
+    );
+    let off_after = off_after_ms.expect("read tracing went off after the recovery");
+    eprintln!(
+        "read tracing on {} ms after the GPU began to idle (published), off {off_after} ms after \
+         it recovered",
+        on_after_ms.unwrap_or(0)
+    );
+    // The linger (2 s) from the last round that needed it, which can be a series interval (1 s)
+    // after the recovery was written.
+    assert!(
+        off_after >= 2000,
+        "off {off_after} ms after recovery, before the 2 s linger"
+    );
 }

@@ -280,6 +280,13 @@ fn loader_evidence(
             fmt_ms(d.p99_latency_ms)
         ));
     }
+    if w.stalls.as_ref().is_some_and(|s| !s.io_traced) {
+        evidence.push(
+            "reads and disk requests not traced in this window (they are attached while a GPU \
+             idles under work); I/O is told from D-state time"
+                .to_owned(),
+        );
+    }
     evidence
 }
 
@@ -577,6 +584,7 @@ mod tests {
                 processes,
                 reads: IoSummary::default(),
                 disk: IoSummary::default(),
+                io_traced: true,
             }),
             verdict: None,
             oom_headroom: None,

@@ -159,6 +159,7 @@ impl SourceArgs {
                 probes: src.ebpf,
                 proc_root: src.proc_root.clone(),
                 series_interval: src.nvml_series_interval,
+                io_tracing: src.read_tracing,
                 ..SamplerConfig::default()
             },
             analysis: AnalysisConfig {

@@ -68,6 +68,31 @@ pub struct ProbeHealth {
     pub field_read_failed: u64,
     /// Syscall exits without their entry (entered before tracing, or the entry evicted).
     pub unmatched_end: u64,
+    /// The read and block programs: attached always, never, or while a workload needs them.
+    pub io_tracing: IoTracingState,
+}
+
+/// Where the read-syscall and block programs stand. They go on and off in two steps (one a
+/// round): the start programs, then the end programs, so no end meets a stale start.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IoTracing {
+    #[default]
+    Off,
+    Starting,
+    On,
+    Stopping,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct IoTracingState {
+    /// `adaptive`, `always` or `off` (the config's `sources.read_tracing`).
+    pub mode: &'static str,
+    pub state: IoTracing,
+    /// When the read evidence last became live, Unix ms.
+    pub on_since_unix_ms: Option<u64>,
+    /// Why it is wanted now (a workload whose GPU idles while its processes work), or `None`.
+    pub reason: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -333,6 +358,9 @@ pub struct StallWindow {
     pub reads: IoSummary,
     /// Block requests its processes issued.
     pub disk: IoSummary,
+    /// Whether the read and block programs were attached for the whole window: without them
+    /// `reads` and `disk` are empty, not zero (adaptive tracing attaches them when needed).
+    pub io_traced: bool,
 }
 
 /// What a process of the workload does for the GPU.

@@ -8,6 +8,7 @@
 //! covers them.
 mod cgroups;
 mod container_config;
+pub mod io_tracing;
 mod pending;
 mod stalls;
 
@@ -46,6 +47,8 @@ pub struct SamplerConfig {
     /// Rounds are published once the series covers them, so up to this much late. The driver
     /// keeps about 14 s of series: longer intervals lose part of it.
     pub series_interval: Duration,
+    /// When the read and block programs are attached.
+    pub io_tracing: io_tracing::IoTracingConfig,
 }
 
 /// The default series interval: 10 s, within the H200 driver's 14 s of history.
@@ -59,6 +62,7 @@ impl Default for SamplerConfig {
             proc_root: PathBuf::from("/proc"),
             revalidate_rounds: 30,
             series_interval: DEFAULT_SERIES_INTERVAL,
+            io_tracing: io_tracing::IoTracingConfig::default(),
         }
     }
 }
@@ -116,7 +120,7 @@ impl Sampler {
         // offsets, aya's in `EbpfLoader::new`, ~23 MB at its peak), all freed again at once.
         // Handed back to the system before NVML's own allocations (~18 MB on an H200) come,
         // the two peaks do not add up, and the heap does not keep it for the agent's whole life.
-        let stalls = Stalls::load(config.probes);
+        let stalls = Stalls::load(config.probes, config.io_tracing);
         #[cfg(target_env = "gnu")]
         // SAFETY: no preconditions; only returns free heap pages to the kernel.
         unsafe {
@@ -246,6 +250,7 @@ impl Sampler {
                 fetched: &self.fetched,
             }
             .complete(p);
+            self.stalls.observe(&done);
             out.push(done);
         }
         // Keep the series back to where the oldest window still to be answered starts: the
@@ -298,6 +303,7 @@ impl Sampler {
                 }
             }
         }
+        self.stalls.step_io(now_us / 1000, &self.events);
         let probe_ok = self.read_counters(&mut workloads, window, &gpu_pids);
         for w in workloads.values_mut().filter(|w| !w.exited) {
             if let Some(c) = &w.container {

@@ -1,17 +1,27 @@
 //! The stall probe's side of a round: points the kernel filter at the round's cgroups, reads
 //! the cumulative per-task counters, and turns this round's minus the previous round's into
 //! each cgroup's [`StallWindow`].
+use super::io_tracing::{IoDemand, IoTracingConfig, IoTracingMode};
 use crate::events::{EventCounters, InternalEvent};
 use crate::model::{
-    IoSummary, ProbeHealth, ProcessRole, ProcessStall, SourceState, StallWindow, ThreadTimes,
+    IoSummary, IoTracing, IoTracingState, ProbeHealth, ProcessRole, ProcessStall, SourceState,
+    StallWindow, ThreadTimes,
 };
 use crate::sources::stall_probe::{Accumulate, ProbeTotals, StallProbe};
 use monitor_common::{probe_stat, task_thread, IoStats, TaskKey, TaskTimes, LATENCY_BUCKETS};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
+use std::time::Instant;
 
 pub struct Stalls {
     probe: Result<StallProbe, String>,
+    /// When the read and block programs are wanted.
+    demand: IoDemand,
+    on_since_unix_ms: Option<u64>,
+    /// Where they stood at the last counter read, and whether they were on for its whole
+    /// window (so its read and disk figures are complete).
+    io_at_read: IoTracing,
+    window_traced: bool,
     /// The counters of this round and of the previous one (swapped each round).
     totals: ProbeTotals,
     previous: Option<ProbeTotals>,
@@ -20,17 +30,26 @@ pub struct Stalls {
 }
 
 impl Stalls {
-    pub fn load(enabled: bool) -> Self {
+    pub fn load(enabled: bool, io: IoTracingConfig) -> Self {
         let probe = if enabled {
-            StallProbe::load(true).map_err(|e| format!("stall tracing unavailable: {e}"))
+            match io.mode {
+                IoTracingMode::Always => StallProbe::load(true),
+                _ => StallProbe::load_io_detached(true),
+            }
+            .map_err(|e| format!("stall tracing unavailable: {e}"))
         } else {
             Err("stall tracing disabled".to_owned())
         };
         if let (true, Err(e)) = (enabled, &probe) {
             tracing::warn!("{e}");
         }
+        let io_at_read = probe.as_ref().map_or(IoTracing::Off, |p| p.io_state());
         Self {
             probe,
+            demand: IoDemand::new(io),
+            on_since_unix_ms: None,
+            io_at_read,
+            window_traced: false,
             totals: ProbeTotals::default(),
             previous: None,
             failures: [0; probe_stat::COUNT as usize],
@@ -57,7 +76,38 @@ impl Stalls {
             map_update_failed: self.failures[probe_stat::MAP_UPDATE_FAILED as usize],
             field_read_failed: self.failures[probe_stat::FIELD_READ_FAILED as usize],
             unmatched_end: self.failures[probe_stat::UNMATCHED_END as usize],
+            io_tracing: IoTracingState {
+                mode: self.demand.mode().as_str(),
+                state: p.io_state(),
+                on_since_unix_ms: self.on_since_unix_ms,
+                reason: self.demand.reason.clone(),
+            },
         })
+    }
+
+    /// Looks at a published round for a workload that needs the read evidence.
+    pub fn observe(&mut self, snap: &crate::model::Snapshot) {
+        self.demand.observe(snap, Instant::now());
+    }
+
+    /// Moves the read and block programs one step toward what is wanted now.
+    pub fn step_io(&mut self, now_unix_ms: u64, events: &EventCounters) {
+        let wanted = self.demand.wanted(Instant::now());
+        let Ok(probe) = self.probe.as_mut() else {
+            return;
+        };
+        let before = probe.io_state();
+        match probe.step_io(wanted) {
+            Ok(IoTracing::On) if before != IoTracing::On => {
+                self.on_since_unix_ms = Some(now_unix_ms);
+                tracing::info!(reason = ?self.demand.reason, "read tracing on");
+            }
+            Ok(IoTracing::Off) if before != IoTracing::Off => {
+                tracing::info!("read tracing off: no workload needed it");
+            }
+            Ok(_) => {}
+            Err(e) => events.emit(InternalEvent::ProbeIoAttachFailed, &e),
+        }
     }
 
     /// Points the kernel filter at `cgroups` and reads the counters. False when there is no
@@ -69,6 +119,9 @@ impl Stalls {
         if let Err(e) = probe.watch(cgroups) {
             events.emit(InternalEvent::ProbeMapReadFailed, &e);
         }
+        let io = probe.io_state();
+        self.window_traced = self.io_at_read == IoTracing::On && io == IoTracing::On;
+        self.io_at_read = io;
         match probe.read(&mut self.totals) {
             Ok(()) => {
                 self.failures = self.totals.failures;
@@ -180,6 +233,7 @@ impl Stalls {
             processes,
             reads: io_window(cgroup_id, &self.totals.reads, &previous.reads),
             disk: io_window(cgroup_id, &self.totals.disk, &previous.disk),
+            io_traced: self.window_traced,
         })
     }
 }

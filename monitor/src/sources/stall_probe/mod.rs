@@ -7,8 +7,10 @@
 //! disk-request latency. Parts whose tracepoints this kernel lacks are left out and named in
 //! [`StallProbe::missing`]; only the scheduler part is required.
 mod batch;
+mod io_links;
 
 use crate::kernel_btf::{BtfError, KernelBtf};
+use crate::model::IoTracing;
 use crate::{caps, tracefs};
 use aya::maps::{
     Array, HashMap as BpfHashMap, IterableMap, MapData, MapError, PerCpuArray, PerCpuHashMap,
@@ -17,6 +19,7 @@ use aya::maps::{
 use aya::programs::{ProgramError, TracePoint};
 use aya::{Ebpf, EbpfError, EbpfLoader, Pod};
 use batch::{BatchError, BatchReader};
+use io_links::IoLinks;
 use monitor_common::{probe_stat, IoStats, TaskKey, TaskTimes};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -114,6 +117,8 @@ pub struct StallProbe {
     batches: Option<Batches>,
     /// Parts not traced on this kernel, with the reason ("read latency: …").
     pub missing: Vec<String>,
+    /// The read and block programs, attached only while wanted (see [`Self::step_io`]).
+    io: IoLinks,
 }
 
 struct Batches {
@@ -240,6 +245,17 @@ fn attach(
     }
 }
 
+/// Loads a program into the kernel without attaching it.
+fn load_program(ebpf: &mut Ebpf, name: &'static str) -> Result<(), ProbeError> {
+    let err = |source| ProbeError::Program { name, source };
+    let program: &mut TracePoint = ebpf
+        .program_mut(name)
+        .ok_or(ProbeError::Missing(name))?
+        .try_into()
+        .map_err(err)?;
+    program.load().map_err(err)
+}
+
 fn take_map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, ProbeError>
 where
     T: TryFrom<aya::maps::Map, Error = MapError>,
@@ -249,19 +265,39 @@ where
 }
 
 impl StallProbe {
-    /// Checks privileges, finds tracefs, reads field offsets, loads and attaches. With
-    /// `filter_by_cgroup`, the kernel tracks only the cgroups passed to [`Self::watch`].
+    /// Checks privileges, finds tracefs, reads field offsets, loads and attaches every program.
+    /// With `filter_by_cgroup`, the kernel tracks only the cgroups passed to [`Self::watch`].
     pub fn load(filter_by_cgroup: bool) -> Result<Self, ProbeError> {
-        Self::load_programs(filter_by_cgroup, false)
+        Self::load_programs(filter_by_cgroup, false, true)
+    }
+
+    /// Like [`Self::load`] with the read and block programs loaded but not attached: only the
+    /// scheduler programs run until [`Self::step_io`] asks for them.
+    pub fn load_io_detached(filter_by_cgroup: bool) -> Result<Self, ProbeError> {
+        Self::load_programs(filter_by_cgroup, false, false)
     }
 
     /// The same programs on the same tracepoints, each returning at once: what the tracing
     /// mechanism costs by itself, below anything a program does. For benchmarks.
     pub fn load_empty() -> Result<Self, ProbeError> {
-        Self::load_programs(true, true)
+        Self::load_programs(true, true, true)
     }
 
-    fn load_programs(filter_by_cgroup: bool, empty: bool) -> Result<Self, ProbeError> {
+    /// Moves the read and block programs one step toward attached (`on`) or detached; see
+    /// [`io_links`] for why it takes two.
+    pub fn step_io(&mut self, on: bool) -> Result<IoTracing, ProbeError> {
+        self.io.step(&mut self._ebpf, on)
+    }
+
+    pub fn io_state(&self) -> IoTracing {
+        self.io.state()
+    }
+
+    fn load_programs(
+        filter_by_cgroup: bool,
+        empty: bool,
+        attach_io: bool,
+    ) -> Result<Self, ProbeError> {
         let missing =
             caps::missing_for_tracing(caps::effective().map_err(ProbeError::Capabilities)?);
         if !missing.is_empty() {
@@ -297,37 +333,29 @@ impl StallProbe {
         ) {
             missing.push(format!("exit clean-up: {e}"));
         }
-        if offsets.reads {
-            let enters: Vec<String> = READ_SYSCALLS
-                .iter()
-                .map(|s| format!("sys_enter_{s}"))
-                .collect();
-            let exits: Vec<String> = READ_SYSCALLS
-                .iter()
-                .map(|s| format!("sys_exit_{s}"))
-                .collect();
-            let enter_points: Vec<(&str, &str)> =
-                enters.iter().map(|e| ("syscalls", e.as_str())).collect();
-            let exit_points: Vec<(&str, &str)> =
-                exits.iter().map(|e| ("syscalls", e.as_str())).collect();
-            let r = attach(&mut ebpf, "sys_enter_read", &enter_points)
-                .and_then(|_| attach(&mut ebpf, "sys_exit_read", &exit_points));
-            if let Err(e) = r {
+        let mut reads = offsets.reads;
+        if reads {
+            if let Err(e) = load_program(&mut ebpf, "sys_enter_read")
+                .and_then(|()| load_program(&mut ebpf, "sys_exit_read"))
+            {
                 missing.push(format!("read latency: {e}"));
+                reads = false;
             }
         }
-        if offsets.disk {
-            let r = attach(&mut ebpf, "block_rq_issue", &[("block", "block_rq_issue")]).and_then(
-                |_| {
-                    attach(
-                        &mut ebpf,
-                        "block_rq_complete",
-                        &[("block", "block_rq_complete")],
-                    )
-                },
-            );
-            if let Err(e) = r {
+        let mut disk = offsets.disk;
+        if disk {
+            if let Err(e) = load_program(&mut ebpf, "block_rq_issue")
+                .and_then(|()| load_program(&mut ebpf, "block_rq_complete"))
+            {
                 missing.push(format!("disk latency: {e}"));
+                disk = false;
+            }
+        }
+        let mut io = IoLinks::new(&tracefs, &READ_SYSCALLS, reads, disk);
+        if attach_io {
+            if let Err(e) = io.attach_all(&mut ebpf) {
+                missing.push(format!("read and disk latency: {e}"));
+                io = IoLinks::new(&tracefs, &READ_SYSCALLS, false, false);
             }
         }
 
@@ -345,6 +373,7 @@ impl StallProbe {
                 io: BatchReader::new(cpus),
             }),
             missing,
+            io,
             _ebpf: ebpf,
         })
     }

@@ -1,0 +1,230 @@
+//! When the read and block programs are wanted (adaptive tracing). The scheduler programs, the
+//! cgroup counters and NVML always run; the syscall tracepoints, which slow every system call on
+//! the host while attached, go on when a published round shows a workload whose GPU idles
+//! while its processes work (the case a verdict needs the read evidence for), and off again
+//! once no workload has needed them for `linger`.
+use crate::model::Snapshot;
+use crate::units::duration;
+use serde::Deserialize;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IoTracingMode {
+    /// Attached while a workload needs the evidence.
+    #[default]
+    Adaptive,
+    /// Attached all the time.
+    Always,
+    /// Never attached: verdicts rest on thread states (D state still tells I/O from CPU).
+    Off,
+}
+
+impl IoTracingMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Adaptive => "adaptive",
+            Self::Always => "always",
+            Self::Off => "off",
+        }
+    }
+}
+
+/// The config file's `sources.read_tracing` section.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IoTracingConfig {
+    pub mode: IoTracingMode,
+    /// How long the programs stay attached after the last round that needed them.
+    #[serde(with = "duration")]
+    pub linger: Duration,
+    /// A GPU idle at least this share of a round, while its workload's processes together ran,
+    /// waited for a CPU or waited on I/O at least `active_share` of it, needs the evidence.
+    pub idle_share: f64,
+    pub active_share: f64,
+}
+
+impl Default for IoTracingConfig {
+    fn default() -> Self {
+        Self {
+            mode: IoTracingMode::Adaptive,
+            linger: Duration::from_secs(300),
+            idle_share: 0.25,
+            active_share: 0.1,
+        }
+    }
+}
+
+impl IoTracingConfig {
+    /// For a one-shot window (`snapshot`, `doctor`): no earlier round can ask for the evidence,
+    /// so adaptive tracing traces from the start (for seconds, at a cost nobody pays for long).
+    pub fn for_one_shot(self) -> Self {
+        Self {
+            mode: match self.mode {
+                IoTracingMode::Adaptive => IoTracingMode::Always,
+                m => m,
+            },
+            ..self
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        for (field, v) in [
+            ("idle_share", self.idle_share),
+            ("active_share", self.active_share),
+        ] {
+            if !(0.0..=1.0).contains(&v) {
+                return Err((field.into(), format!("{v} is not a share (0–1)")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Remembers when the evidence was last needed.
+#[derive(Debug)]
+pub struct IoDemand {
+    config: IoTracingConfig,
+    last_needed: Option<Instant>,
+    pub reason: Option<String>,
+}
+
+impl IoDemand {
+    pub fn new(config: IoTracingConfig) -> Self {
+        Self {
+            config,
+            last_needed: None,
+            reason: None,
+        }
+    }
+
+    pub fn mode(&self) -> IoTracingMode {
+        self.config.mode
+    }
+
+    /// Looks at a published round for a workload that needs the read evidence.
+    pub fn observe(&mut self, snap: &Snapshot, now: Instant) {
+        if let Some(why) = needs_evidence(snap, &self.config) {
+            self.last_needed = Some(now);
+            self.reason = Some(why);
+        }
+    }
+
+    /// Whether the programs should be attached now.
+    pub fn wanted(&mut self, now: Instant) -> bool {
+        match self.config.mode {
+            IoTracingMode::Always => true,
+            IoTracingMode::Off => false,
+            IoTracingMode::Adaptive => {
+                let on = self
+                    .last_needed
+                    .is_some_and(|t| now.duration_since(t) <= self.config.linger);
+                if !on {
+                    self.reason = None;
+                }
+                on
+            }
+        }
+    }
+}
+
+/// The first workload whose GPU idles while its processes work, in words.
+fn needs_evidence(snap: &Snapshot, c: &IoTracingConfig) -> Option<String> {
+    let window = snap.window_seconds.filter(|w| *w > 0.0)?;
+    snap.workloads.iter().filter(|w| !w.exited).find_map(|w| {
+        let idle = 1.0 - w.gpu.busy_fraction?;
+        // Summed over its processes: a loader may fork short-lived readers.
+        let worked: f64 = w
+            .stalls
+            .as_ref()?
+            .processes
+            .iter()
+            .map(|p| p.on_cpu_seconds + p.runq_seconds + p.blocked_seconds)
+            .sum();
+        let active = worked / window >= c.active_share;
+        (w.gpu.processes > 0 && idle >= c.idle_share && active).then(|| {
+            format!(
+                "{}: GPU idle {:.0}% while its processes work",
+                w.name,
+                idle * 100.0
+            )
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::test_support::{container, snapshot};
+    use crate::model::{ProcessRole, ProcessStall, StallWindow};
+
+    fn round(busy: f64, loader_on_cpu: f64) -> Snapshot {
+        let mut w = container("trainer");
+        w.gpu.processes = 1;
+        w.gpu.busy_fraction = Some(busy);
+        w.stalls = Some(StallWindow {
+            cgroup_id: 1,
+            processes: vec![ProcessStall {
+                pid: 7,
+                role: ProcessRole::Loader,
+                on_cpu_seconds: loader_on_cpu,
+                runq_seconds: 0.0,
+                blocked_seconds: 0.0,
+                sleep_seconds: 1.0 - loader_on_cpu,
+                switches: 3,
+                blocked_switches: 0,
+                main_thread: None,
+            }],
+            reads: Default::default(),
+            disk: Default::default(),
+            io_traced: true,
+        });
+        let mut s = snapshot(0, Vec::new(), vec![w]);
+        s.window_seconds = Some(1.0);
+        s
+    }
+
+    #[test]
+    fn wanted_while_a_gpu_idles_under_work_and_for_the_linger_after() {
+        let config = IoTracingConfig {
+            linger: Duration::from_secs(5),
+            ..Default::default()
+        };
+        let mut d = IoDemand::new(config);
+        let t0 = Instant::now();
+        d.observe(&round(0.95, 0.5), t0);
+        assert!(!d.wanted(t0), "a busy GPU needs no read evidence");
+        d.observe(&round(0.2, 0.0), t0);
+        assert!(
+            !d.wanted(t0),
+            "an idle GPU whose job sleeps: nothing to explain"
+        );
+        d.observe(&round(0.2, 0.6), t0);
+        assert!(d.wanted(t0));
+        assert!(d
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("trainer: GPU idle 80%"));
+        d.observe(&round(0.95, 0.5), t0 + Duration::from_secs(3));
+        assert!(d.wanted(t0 + Duration::from_secs(5)), "within the linger");
+        assert!(!d.wanted(t0 + Duration::from_secs(6)), "the linger is over");
+        assert!(d.reason.is_none());
+    }
+
+    #[test]
+    fn always_and_off_ignore_the_rounds() {
+        let t = Instant::now();
+        let mut always = IoDemand::new(IoTracingConfig {
+            mode: IoTracingMode::Always,
+            ..Default::default()
+        });
+        assert!(always.wanted(t));
+        let mut off = IoDemand::new(IoTracingConfig {
+            mode: IoTracingMode::Off,
+            ..Default::default()
+        });
+        off.observe(&round(0.1, 0.9), t);
+        assert!(!off.wanted(t));
+    }
+}
