@@ -344,7 +344,10 @@ mod tests {
         assert_eq!(one_shot.mode, IoTracingMode::Always);
         let c = parse("sources:\n  read_tracing: {mode: off, linger: 1m}\n").unwrap();
         assert_eq!(c.sources.read_tracing.mode, IoTracingMode::Off);
-        assert_eq!(c.sources.read_tracing.for_one_shot().mode, IoTracingMode::Off);
+        assert_eq!(
+            c.sources.read_tracing.for_one_shot().mode,
+            IoTracingMode::Off
+        );
         let e = parse("sources:\n  read_tracing: {idle_share: 2}\n").expect_err("not a share");
         assert!(
             e.to_string().contains("sources.read_tracing.idle_share"),
