@@ -135,6 +135,17 @@ fn io_cpu_and_gpu_bound_containers_get_their_verdicts() {
     let share = f(v, "input_bound_share");
     assert!(share > 0.55, "{v:#}");
     assert!(share <= f(v, "gpu_idle_fraction") + 1e-9, "{v:#}");
+    // Throttled (--device-read-bps): its disk requests run in the kernel's throttle worker,
+    // and the snapshot says so rather than reporting none.
+    let io_w = workload(s, &format!("docker:{}", io.id));
+    assert!(
+        io_w["errors"]["disk"]
+            .as_str()
+            .is_some_and(|e| e.contains("throttled")),
+        "{:#}",
+        io_w["errors"]
+    );
+    eprintln!("throttled container's disk: {}", io_w["stalls"]["disk"]);
     let reads = &workload(s, &format!("docker:{}", io.id))["stalls"]["reads"];
     assert!(reads["count"].as_u64().unwrap() >= 4, "{reads:#}");
     // The throttled 256 KiB reads take ~250 ms; the trainer's token reads from the FIFO are

@@ -280,6 +280,9 @@ fn loader_evidence(
             fmt_ms(d.p99_latency_ms)
         ));
     }
+    if let Some(why) = w.errors.get("disk") {
+        evidence.push(format!("disk requests {why}"));
+    }
     if w.stalls.as_ref().is_some_and(|s| !s.io_traced) {
         evidence.push(
             "reads and disk requests not traced in this window (they are attached while a GPU \

@@ -34,6 +34,9 @@ pub struct ContainerInfo {
     pub ipc_mode: Option<String>,
     /// `HostConfig.Runtime`: the OCI runtime it runs under (`runc`, `nvidia`).
     pub runtime: Option<String>,
+    /// Its block I/O is throttled (`--device-read-bps` and the like): the kernel then issues its
+    /// disk requests from the throttle's worker thread, where they cannot be told apart.
+    pub blkio_throttled: bool,
     #[serde(skip)]
     pub labels: HashMap<String, String>,
 }

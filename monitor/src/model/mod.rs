@@ -475,6 +475,7 @@ pub mod test_support {
             gpu_claims: Vec::new(),
             ipc_mode: None,
             runtime: None,
+            blkio_throttled: false,
             labels: Default::default(),
         };
         Workload::new(id, name.into(), Some(Arc::new(info)))

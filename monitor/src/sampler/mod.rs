@@ -51,6 +51,14 @@ pub struct SamplerConfig {
     pub io_tracing: io_tracing::IoTracingConfig,
 }
 
+/// Why a blkio-throttled container's `stalls.disk` stays empty. The throttle queues its bios
+/// and submits them later from a kernel worker (`blk_throtl_dispatch_work_fn` calls
+/// `submit_bio_noacct_nocheck`, which fires `block_bio_queue`; `block_rq_issue` follows there),
+/// so no block tracepoint runs in the container's task.
+const DISK_UNDER_THROTTLE: &str = "not attributed: the container's block I/O is throttled \
+    (--device-read-bps and the like), and the kernel issues throttled requests from its own \
+    worker thread; the read latency in stalls.reads includes the throttle's wait";
+
 /// The default series interval: 10 s, within the H200 driver's 14 s of history.
 pub const DEFAULT_SERIES_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -307,6 +315,9 @@ impl Sampler {
         let probe_ok = self.read_counters(&mut workloads, window, &gpu_pids);
         for w in workloads.values_mut().filter(|w| !w.exited) {
             if let Some(c) = &w.container {
+                if c.blkio_throttled && w.stalls.is_some() {
+                    w.errors.insert("disk", DISK_UNDER_THROTTLE.to_owned());
+                }
                 let config = self
                     .container_configs
                     .read(&self.proc_root, c, w, &gpus, window);

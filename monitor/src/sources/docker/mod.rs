@@ -322,6 +322,14 @@ pub fn container_info(r: ContainerInspectResponse, id: &str) -> Option<Container
         config.env.as_deref().unwrap_or_default(),
         host.runtime.as_deref(),
     );
+    let blkio_throttled = [
+        &host.blkio_device_read_bps,
+        &host.blkio_device_write_bps,
+        &host.blkio_device_read_iops,
+        &host.blkio_device_write_iops,
+    ]
+    .iter()
+    .any(|t| t.as_ref().is_some_and(|v| !v.is_empty()));
     Some(ContainerInfo {
         id: r.id.unwrap_or_else(|| id.to_owned()),
         name: r
@@ -341,6 +349,7 @@ pub fn container_info(r: ContainerInspectResponse, id: &str) -> Option<Container
         gpu_claims,
         ipc_mode: host.ipc_mode,
         runtime: host.runtime,
+        blkio_throttled,
         labels,
     })
 }
@@ -413,6 +422,18 @@ mod tests {
             info.gpu_device_requests[1].device_ids,
             vec!["GPU-1".to_owned()]
         );
+    }
+
+    #[test]
+    fn a_throttled_container_is_marked() {
+        use bollard::models::ThrottleDevice;
+        let mut r = response(true, vec![]);
+        assert!(!container_info(r.clone(), "abc").unwrap().blkio_throttled);
+        r.host_config.as_mut().unwrap().blkio_device_read_bps = Some(vec![ThrottleDevice {
+            path: Some("/dev/loop0".into()),
+            rate: Some(1 << 20),
+        }]);
+        assert!(container_info(r, "abc").unwrap().blkio_throttled);
     }
 
     #[test]
