@@ -51,14 +51,19 @@ fn serve(scenario: &Path, extra: &[&str]) -> (Running, String) {
         .unwrap();
     let stderr = child.stderr.take().unwrap();
     let mut lines = BufReader::new(stderr).lines();
-    let first = lines
-        .next()
-        .expect("serve prints where it listens")
-        .unwrap();
-    let addr = first
-        .rsplit_once(" on ")
-        .map(|(_, a)| a.to_owned())
-        .unwrap_or_else(|| panic!("unexpected first line: {first}"));
+    // Warnings about the configuration may come first.
+    let mut before = Vec::new();
+    let addr = loop {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("serve never said where it listens: {before:#?}"))
+            .unwrap();
+        if let Some((_, a)) = line.rsplit_once("listening on ") {
+            break a.to_owned();
+        }
+        assert!(before.len() < 20, "no listening line in {before:#?}");
+        before.push(line);
+    };
     // Keep draining stderr so the agent never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
     (Running(child), addr)
@@ -229,7 +234,7 @@ fn prometheus_scrapes_it_over_tls_with_basic_auth() {
         .as_array()
         .unwrap()
         .len();
-    assert_eq!(loaded, 13, "{rules}");
+    assert_eq!(loaded, 14, "{rules}");
 }
 
 #[test]
@@ -488,4 +493,70 @@ fn half_sent_requests_neither_starve_scrapes_nor_stay_open() {
     assert!(started.elapsed() < Duration::from_secs(60));
     let (status, _) = scrape();
     assert_eq!(status, 200);
+}
+
+/// A password guesser is cut off: ten wrong passwords from one address within a minute, then
+/// `429` with `Retry-After` and no more bcrypt, while the right password, once verified, still
+/// gets in; a scraper with no credentials at all is refused and not counted.
+#[test]
+fn a_password_guesser_is_answered_429_after_ten_failures() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    std::fs::write(&scenario, br#"{"devices": [{"uuid": "GPU-guess"}]}"#).unwrap();
+    let web = dir.path().join("web.yml");
+    std::fs::write(
+        &web,
+        format!(
+            "basic_auth_users:\n  prom: {}\n",
+            bcrypt::hash("s3cret", 4).unwrap()
+        ),
+    )
+    .unwrap();
+    let (_agent, addr) = serve(&scenario, &["--web.config.file", web.to_str().unwrap()]);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(5)))
+        .build()
+        .into();
+    let call = |password: Option<&str>| {
+        let mut req = agent.get(&format!("{addr}/metrics"));
+        if let Some(p) = password {
+            use base64::Engine;
+            let token = base64::engine::general_purpose::STANDARD.encode(format!("prom:{p}"));
+            req = req.header("Authorization", &format!("Basic {token}"));
+        }
+        let r = req.call().unwrap();
+        let retry = r
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        (r.status().as_u16(), retry)
+    };
+    // 503 until the first round is published.
+    let started = Instant::now();
+    while call(Some("s3cret")).0 == 503 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no round in 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(call(Some("s3cret")).0, 200);
+    for _ in 0..20 {
+        assert_eq!(call(None).0, 401, "no credentials");
+    }
+    for i in 0..10 {
+        assert_eq!(call(Some("guess")).0, 401, "guess {i}");
+    }
+    let (status, retry) = call(Some("guess"));
+    assert_eq!(status, 429);
+    let retry: u64 = retry.expect("Retry-After").parse().unwrap();
+    assert!((1..=60).contains(&retry), "{retry}");
+    assert_eq!(
+        call(Some("s3cret")).0,
+        200,
+        "the verified password still gets in"
+    );
 }

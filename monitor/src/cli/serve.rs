@@ -25,7 +25,7 @@ pub(crate) struct ServeArgs {
 pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
     use gpuwatch::output::prometheus::Exported;
     use gpuwatch::serve::web_config::{BasicAuth, WebConfig};
-    use gpuwatch::serve::{Published, Site};
+    use gpuwatch::serve::{LoginGate, Published, Site};
     use std::collections::BTreeMap;
     use std::sync::{Arc, RwLock};
     let interval = args.run.interval(config)?;
@@ -50,7 +50,7 @@ pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
     let published: Published = Arc::new(RwLock::new(None));
     let site = Arc::new(Site {
         published: published.clone(),
-        auth: BasicAuth::new(web.basic_auth_users.clone()),
+        auth: BasicAuth::new(web.basic_auth_users.clone()).map(LoginGate::new),
         headers,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -65,6 +65,12 @@ pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
     let bound = listener
         .local_addr()
         .context("reading the listening address")?;
+    if tls.is_none() && !web.basic_auth_users.is_empty() {
+        tracing::warn!(
+            "basic auth without TLS: passwords cross the network in the clear; set \
+             tls_server_config in the web config"
+        );
+    }
     let scheme = if tls.is_some() { "https" } else { "http" };
     eprintln!("gpuwatch serve: listening on {scheme}://{bound}");
     let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);

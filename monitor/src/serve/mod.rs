@@ -15,6 +15,7 @@
 //! Slow or silent clients cannot hold the agent: headers must arrive within
 //! [`HEADER_READ_TIMEOUT`], TLS handshakes within [`TLS_HANDSHAKE_TIMEOUT`], and connections past
 //! [`connection_limit`] are refused.
+mod login_gate;
 pub mod web_config;
 
 use crate::output::prometheus::{self, Exported};
@@ -24,12 +25,14 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use login_gate::Decision;
+pub use login_gate::LoginGate;
 use std::convert::Infallible;
+use std::net::IpAddr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
-use web_config::BasicAuth;
 
 /// The last published round, shared between the sampling loop and the HTTP tasks.
 pub type Published = Arc<RwLock<Option<Arc<Exported>>>>;
@@ -37,7 +40,7 @@ pub type Published = Arc<RwLock<Option<Arc<Exported>>>>;
 /// What every request handler needs.
 pub struct Site {
     pub published: Published,
-    pub auth: Option<BasicAuth>,
+    pub auth: Option<LoginGate>,
     pub headers: Vec<(HeaderName, HeaderValue)>,
 }
 
@@ -123,7 +126,7 @@ pub async fn run(
             let _slot = slot;
             let service = hyper::service::service_fn(move |req| {
                 let site = site.clone();
-                async move { Ok::<_, Infallible>(handle(&site, &req)) }
+                async move { Ok::<_, Infallible>(handle(&site, &req, peer.ip()).await) }
             });
             let mut http = hyper::server::conn::http1::Builder::new();
             http.timer(TokioTimer::new())
@@ -192,8 +195,40 @@ fn json<T: serde::Serialize>(v: &T) -> Response<Full<Bytes>> {
     }
 }
 
-fn handle(site: &Site, req: &Request<Incoming>) -> Response<Full<Bytes>> {
-    let mut r = route(site, req);
+async fn handle(site: &Site, req: &Request<Incoming>, peer: IpAddr) -> Response<Full<Bytes>> {
+    let decision = match &site.auth {
+        None => Decision::Allowed,
+        Some(gate) => {
+            let header = req
+                .headers()
+                .get(AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            gate.check(peer, header).await
+        }
+    };
+    let mut r = match decision {
+        Decision::Allowed => route(site, req),
+        Decision::Denied => {
+            let mut r = respond(StatusCode::UNAUTHORIZED, "text/plain", "Unauthorized\n");
+            r.headers_mut().insert(
+                WWW_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"gpuwatch\""),
+            );
+            r
+        }
+        Decision::TooMany(retry_after) => {
+            let mut r = respond(
+                StatusCode::TOO_MANY_REQUESTS,
+                "text/plain",
+                "Too many failed logins from this address\n",
+            );
+            if let Ok(v) = HeaderValue::from_str(&retry_after.to_string()) {
+                r.headers_mut().insert(hyper::header::RETRY_AFTER, v);
+            }
+            r
+        }
+    };
     for (k, v) in &site.headers {
         r.headers_mut().insert(k.clone(), v.clone());
     }
@@ -201,20 +236,6 @@ fn handle(site: &Site, req: &Request<Incoming>) -> Response<Full<Bytes>> {
 }
 
 fn route(site: &Site, req: &Request<Incoming>) -> Response<Full<Bytes>> {
-    if let Some(auth) = &site.auth {
-        let header = req
-            .headers()
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        if !auth.allows(header) {
-            let mut r = respond(StatusCode::UNAUTHORIZED, "text/plain", "Unauthorized\n");
-            r.headers_mut().insert(
-                WWW_AUTHENTICATE,
-                HeaderValue::from_static("Basic realm=\"gpuwatch\""),
-            );
-            return r;
-        }
-    }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return respond(
             StatusCode::METHOD_NOT_ALLOWED,

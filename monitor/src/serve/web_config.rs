@@ -228,10 +228,19 @@ impl BasicAuth {
         })
     }
 
-    /// Whether the `Authorization` header value lets the request in.
+    /// Whether this exact header was verified before (no bcrypt needed).
+    pub fn remembers(&self, header: &str) -> bool {
+        self.verified
+            .lock()
+            .map(|v| v.contains(header))
+            .unwrap_or(false)
+    }
+
+    /// Whether the `Authorization` header value lets the request in. Slow (bcrypt) unless
+    /// remembered: call it off the async workers ([`super::login_gate`] does).
     pub fn allows(&self, header: Option<&str>) -> bool {
         let Some(h) = header else { return false };
-        if self.verified.lock().map(|v| v.contains(h)).unwrap_or(false) {
+        if self.remembers(h) {
             return true;
         }
         let Some(encoded) = h.strip_prefix("Basic ") else {
