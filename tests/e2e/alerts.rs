@@ -95,14 +95,6 @@ fn write_scenario(path: &Path, s: &Value) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
-fn gpuwatch(scenario: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuwatch"));
-    cmd.env("GPUWATCH_NVML_LIB", fake_nvml_lib())
-        .env("FAKE_NVML_SCENARIO", scenario)
-        .env("NO_COLOR", "1");
-    cmd
-}
-
 fn sigterm(child: &std::process::Child) {
     // SAFETY: plain kill(2) on our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
@@ -239,7 +231,7 @@ notify:
     let leak_start = Instant::now();
     write_scenario(&scenario_path, &sick(0, Duration::ZERO, true));
 
-    let mut watch = gpuwatch(&scenario_path)
+    let mut watch = gpuwatch_on(&scenario_path)
         .args(["-c"])
         .arg(&config)
         .args(["watch", "--json", "--log", "info"])
@@ -424,7 +416,7 @@ fn a_dead_webhook_never_holds_back_sampling() {
     .unwrap();
     let temp = |t: u32| json!({"devices": [{"uuid": "GPU-dead-hook", "temperature": t}]});
     write_scenario(&scenario, &temp(95));
-    let mut child = gpuwatch(&scenario)
+    let mut child = gpuwatch_on(&scenario)
         .args(["-c"])
         .arg(&config)
         .args(["watch", "--no-docker", "--no-ebpf", "--duration", "6s"])
@@ -533,7 +525,7 @@ fn doctor_gates_a_launch() {
         "processes": [{"pid": c.pid, "used_memory_bytes": 2 * GIB, "sm_util": 80}]}]});
     write_scenario(&scenario, &healthy);
     let run = |window: &str| {
-        let out = gpuwatch(&scenario)
+        let out = gpuwatch_on(&scenario)
             .args(["doctor", "--json", "--no-ebpf", "--window", window])
             .output()
             .unwrap();

@@ -9,18 +9,10 @@ mod support;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use support::*;
 
 const GIB: u64 = 1 << 30;
-
-fn gpuwatch(scenario: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuwatch"));
-    cmd.env("GPUWATCH_NVML_LIB", fake_nvml_lib())
-        .env("FAKE_NVML_SCENARIO", scenario)
-        .env("NO_COLOR", "1");
-    cmd
-}
 
 fn check<'a>(report: &'a Value, check: &str, subject: &str) -> &'a Value {
     report["checks"]
@@ -56,7 +48,7 @@ fn doctor_names_a_full_shm_and_a_quota_below_the_loaders_demand() {
         json!({"devices": [{"uuid": "GPU-00000000-0000-0000-0000-00000000c0f0"}]}).to_string(),
     )
     .unwrap();
-    let out = gpuwatch(&scenario)
+    let out = gpuwatch_on(&scenario)
         .args(["doctor", "--json", "--window", "4s"])
         .output()
         .unwrap();
@@ -198,7 +190,7 @@ fn gpu_claims_resolve_and_a_given_gpu_left_unused_fires() {
     .unwrap();
     let scenario_path = dir.path().join("scenario.json");
     std::fs::write(&scenario_path, scenario.to_string()).unwrap();
-    let mut child = gpuwatch(&scenario_path)
+    let mut child = gpuwatch_on(&scenario_path)
         .arg("-c")
         .arg(&config)
         .args(["watch", "--json", "--no-ebpf", "--duration", "4s"])

@@ -223,12 +223,7 @@ fn allocated(c: &ContainerConfig) -> Vec<ConfigFinding> {
     let Some(a) = &c.gpus else {
         return Vec::new();
     };
-    let declared: Vec<&str> = a
-        .claims
-        .iter()
-        .filter(|c| c.claim.applied)
-        .map(|c| c.claim.declared.as_str())
-        .collect();
+    let declared = a.applied_declarations();
     let mut out: Vec<ConfigFinding> = a
         .gpus
         .iter()

@@ -15,12 +15,7 @@ pub fn evaluate(r: &AllocatedIdleRule, snap: &Snapshot) -> Vec<Evaluation> {
         let Some(a) = w.config.as_ref().and_then(|c| c.gpus.as_ref()) else {
             continue;
         };
-        let declared: Vec<&str> = a
-            .claims
-            .iter()
-            .filter(|c| c.claim.applied)
-            .map(|c| c.claim.declared.as_str())
-            .collect();
+        let declared = a.applied_declarations();
         for g in &a.gpus {
             let key = g
                 .uuid

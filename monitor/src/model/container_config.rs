@@ -73,6 +73,17 @@ pub struct GpuAllocation {
     pub unresolved: Vec<String>,
 }
 
+impl GpuAllocation {
+    /// The applied declarations as written (`--gpus all`, `--device /dev/nvidia1`).
+    pub fn applied_declarations(&self) -> Vec<&str> {
+        self.claims
+            .iter()
+            .filter(|c| c.claim.applied)
+            .map(|c| c.claim.declared.as_str())
+            .collect()
+    }
+}
+
 /// One declaration and the GPUs of this host it names.
 #[derive(Clone, Debug, Serialize)]
 pub struct ResolvedClaim {

@@ -185,6 +185,15 @@ pub fn dead_pid() -> u32 {
     pid
 }
 
+/// A `gpuwatch` command on the fake NVML reading `scenario`, without colour.
+pub fn gpuwatch_on(scenario: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuwatch"));
+    cmd.env("GPUWATCH_NVML_LIB", fake_nvml_lib())
+        .env("FAKE_NVML_SCENARIO", scenario)
+        .env("NO_COLOR", "1");
+    cmd
+}
+
 pub fn fake_nvml_lib() -> PathBuf {
     let dir = Path::new(env!("CARGO_BIN_EXE_gpuwatch"))
         .parent()

@@ -10,10 +10,9 @@
 //! (`sys_enter_*`, `block_rq_issue`) go first and the end programs a step later, once every read
 //! in flight has a fresh start; detaching, the starts go first and the ends a step later, so
 //! the reads in flight complete. Only a read blocked across a whole step can still be missed.
-use super::ProbeError;
+use super::{tracepoint, ProbeError};
 use crate::model::IoTracing;
 use aya::programs::trace_point::TracePointLinkId;
-use aya::programs::TracePoint;
 use aya::Ebpf;
 use std::path::Path;
 
@@ -136,20 +135,13 @@ impl IoLinks {
     }
 }
 
-fn program<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut TracePoint, ProbeError> {
-    ebpf.program_mut(name)
-        .ok_or(ProbeError::Missing(name))?
-        .try_into()
-        .map_err(|source| ProbeError::Program { name, source })
-}
-
 fn attach(
     ebpf: &mut Ebpf,
     points: &[Point],
 ) -> Result<Vec<(&'static str, TracePointLinkId)>, ProbeError> {
     let mut links = Vec::with_capacity(points.len());
     for p in points {
-        let tp = program(ebpf, p.program)?;
+        let tp = tracepoint(ebpf, p.program)?;
         match tp.attach(p.category, &p.event) {
             Ok(id) => links.push((p.program, id)),
             Err(source) => {
@@ -170,7 +162,7 @@ fn detach(
     links: &mut Vec<(&'static str, TracePointLinkId)>,
 ) -> Result<(), ProbeError> {
     for (name, id) in links.drain(..) {
-        program(ebpf, name)?
+        tracepoint(ebpf, name)?
             .detach(id)
             .map_err(|source| ProbeError::Program { name, source })?;
     }

@@ -219,18 +219,32 @@ fn scheduler_offsets(btf: &KernelBtf) -> Result<Vec<(&'static str, u32)>, BtfErr
     ])
 }
 
+/// The tracepoint program `name` of the object.
+fn tracepoint<'a>(
+    ebpf: &'a mut Ebpf,
+    name: &'static str,
+) -> Result<&'a mut TracePoint, ProbeError> {
+    ebpf.program_mut(name)
+        .ok_or(ProbeError::Missing(name))?
+        .try_into()
+        .map_err(|source| ProbeError::Program { name, source })
+}
+
+/// Loads a program into the kernel without attaching it.
+fn load_program(ebpf: &mut Ebpf, name: &'static str) -> Result<(), ProbeError> {
+    tracepoint(ebpf, name)?
+        .load()
+        .map_err(|source| ProbeError::Program { name, source })
+}
+
+/// Loads `name` and attaches it to each of `points`; fails only if none attaches.
 fn attach(
     ebpf: &mut Ebpf,
     name: &'static str,
     points: &[(&str, &str)],
 ) -> Result<usize, ProbeError> {
-    let err = |source| ProbeError::Program { name, source };
-    let program: &mut TracePoint = ebpf
-        .program_mut(name)
-        .ok_or(ProbeError::Missing(name))?
-        .try_into()
-        .map_err(err)?;
-    program.load().map_err(err)?;
+    load_program(ebpf, name)?;
+    let program = tracepoint(ebpf, name)?;
     let mut attached = 0;
     let mut last_err = None;
     for (cat, ev) in points {
@@ -240,20 +254,9 @@ fn attach(
         }
     }
     match (attached, last_err) {
-        (0, Some(e)) => Err(err(e)),
+        (0, Some(source)) => Err(ProbeError::Program { name, source }),
         (n, _) => Ok(n),
     }
-}
-
-/// Loads a program into the kernel without attaching it.
-fn load_program(ebpf: &mut Ebpf, name: &'static str) -> Result<(), ProbeError> {
-    let err = |source| ProbeError::Program { name, source };
-    let program: &mut TracePoint = ebpf
-        .program_mut(name)
-        .ok_or(ProbeError::Missing(name))?
-        .try_into()
-        .map_err(err)?;
-    program.load().map_err(err)
 }
 
 fn take_map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, ProbeError>
