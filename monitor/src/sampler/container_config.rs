@@ -7,17 +7,24 @@ use crate::model::{
 };
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// A loader process busy (on a CPU or waiting for one) this share of the window counts as busy.
 const BUSY_LOADER_SHARE: f64 = 0.5;
 
+/// How often the GPU processes' locked pages are re-read: a `status` file per process (~10 µs
+/// each, 1,600 of them at 8 GPUs × 200 processes) is too much for every round, and pinned
+/// memory grows at allocation, not by the second.
+const LOCKED_REFRESH: Duration = Duration::from_secs(30);
+
 /// What stays put while a container's main process lives, read once per process: whether it
-/// has a `/dev/shm` mount (its `mountinfo`) and its memlock limit (its `limits`). Per round only
-/// a `statvfs` and the GPU processes' locked pages are read.
+/// has a `/dev/shm` mount (its `mountinfo`) and its memlock limit (its `limits`); and the GPU
+/// processes' locked pages, every [`LOCKED_REFRESH`]. Per round only a `statvfs` is read.
 #[derive(Clone)]
 struct Fixed {
     shm_mounted: Result<bool, String>,
     memlock: Result<(Option<u64>, Option<u64>), String>,
+    locked: Option<(u64, Instant)>,
 }
 
 /// Reads each container's configuration section, caching what does not change.
@@ -48,14 +55,23 @@ impl ConfigReader {
                 .insert("process", "Docker gave no main process PID".into());
             return out;
         };
-        let fixed = self
+        let entry = self
             .fixed
             .entry((c.id.clone(), pid))
             .or_insert_with(|| Fixed {
                 shm_mounted: shm_mounted(proc_root, pid),
                 memlock: memlock_limit(proc_root, pid),
-            })
-            .clone();
+                locked: None,
+            });
+        // Locked pages matter only under a limit.
+        let limited = matches!(entry.memlock, Ok((Some(_), _)));
+        let stale = entry
+            .locked
+            .is_none_or(|(_, at)| at.elapsed() >= LOCKED_REFRESH);
+        if limited && stale {
+            entry.locked = Some((locked_bytes(proc_root, w), Instant::now()));
+        }
+        let fixed = entry.clone();
         match fixed.shm_mounted.and_then(|m| match m {
             true => shm_use(proc_root, pid).map(Some),
             false => Ok(None),
@@ -76,8 +92,7 @@ impl ConfigReader {
                 out.memlock = Some(Memlock {
                     soft_bytes,
                     hard_bytes,
-                    // Locked pages matter only under a limit.
-                    locked_bytes: soft_bytes.map_or(0, |_| locked_bytes(proc_root, w)),
+                    locked_bytes: fixed.locked.map_or(0, |(b, _)| b),
                 })
             }
             Err(e) => {
