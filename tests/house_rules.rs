@@ -91,6 +91,7 @@ fn the_sampler_assembles_facts_and_judges_nothing() {
         "sampler",
         &[
             "model",
+            "units",
             "sources",
             "events",
             "attribution",
