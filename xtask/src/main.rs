@@ -4,6 +4,7 @@
 //! machine; `test` and `run` call it first, so each of the README's two commands works alone.
 mod bench_vs_nvitop;
 mod gpu_bundle;
+mod image;
 mod setup;
 
 use anyhow::{bail, Context, Result};
@@ -33,6 +34,10 @@ enum Task {
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// Build the agent's container image, `gpuwatch:<version>` and `gpuwatch:latest`, from
+    /// deploy/Dockerfile (root; offline: its Debian base is made here with debootstrap when the
+    /// engine lacks it).
+    Image,
     /// Run the criterion benchmarks (a sampling round at 8 GPUs × 200 processes; the /metrics
     /// render at 1,000 containers × 8 GPUs).
     Bench {
@@ -64,7 +69,13 @@ fn main() -> Result<()> {
         Task::Setup => setup::run(),
         Task::Test { no_lint, args } => {
             setup::run()?;
+            // The e2e test of the agent's image builds deploy/Dockerfile on this base.
+            image::base()?;
             test(no_lint, &args)
+        }
+        Task::Image => {
+            setup::run()?;
+            image::run()
         }
         Task::Bench { args } => {
             cargo(&["build", "--release", "-p", "fake-nvml"])?;

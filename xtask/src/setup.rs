@@ -23,7 +23,7 @@ fn say(msg: &str) {
     eprintln!("[setup] {msg}");
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     // SAFETY: no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
