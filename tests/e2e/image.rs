@@ -1,0 +1,201 @@
+//! The agent as a container: deploy/Dockerfile built on the local Debian base (`cargo xtask
+//! test` makes it), started with the README's minimal line — host PID and cgroup namespaces,
+//! every capability dropped but what eBPF needs, a read-only root, /sys and the Docker socket
+//! read-only — with the fake NVML mounted in. It must list a sibling container by name, image
+//! and compose service, and load its probes.
+mod support;
+
+use serde_json::json;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use support::*;
+
+const BASE: &str = "debian:bookworm-slim";
+
+/// `docker run` capabilities for eBPF: Debian 12's Docker 20.10 does not know BPF or PERFMON
+/// ("invalid CapAdd: unknown capability"); SYS_ADMIN implies both there.
+fn ebpf_caps() -> Vec<&'static str> {
+    let version = docker(&["version", "--format", "{{.Server.Version}}"]);
+    let major: u32 = version
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    if major >= 23 {
+        vec!["--cap-add", "BPF", "--cap-add", "PERFMON"]
+    } else {
+        vec!["--cap-add", "SYS_ADMIN"]
+    }
+}
+
+/// Builds deploy/Dockerfile on this test's gpuwatch binary; removed on drop.
+struct Image(String);
+
+impl Image {
+    fn build() -> Self {
+        let present = Command::new("docker")
+            .args(["image", "inspect", BASE])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        assert!(
+            present,
+            "{BASE} missing: `cargo xtask test` (or `cargo xtask image`) makes it"
+        );
+        let context = tempfile::tempdir().unwrap();
+        std::fs::copy(
+            env!("CARGO_BIN_EXE_gpuwatch"),
+            context.path().join("gpuwatch"),
+        )
+        .unwrap();
+        let tag = format!("gpuwatch-e2e:{}", std::process::id());
+        let dockerfile = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/Dockerfile");
+        docker(&[
+            "build",
+            "-q",
+            "-f",
+            dockerfile,
+            "-t",
+            &tag,
+            context.path().to_str().unwrap(),
+        ]);
+        Self(tag)
+    }
+}
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        let _ = Command::new("docker").args(["rmi", "-f", &self.0]).output();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap()
+}
+
+#[test]
+fn the_agent_runs_as_a_container_with_the_minimal_line() {
+    require_root();
+    let image = Image::build();
+    let trainer = Container::start(
+        &unique("image-trainer"),
+        &[("com.docker.compose.service", "trainer")],
+        "sleep 3600",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("scenario.json"),
+        json!({"devices": [{"uuid": "GPU-00000000-0000-0000-0000-0000000000c1",
+            "processes": [{"pid": trainer.pid, "used_memory_bytes": 3u64 << 30, "sm_util": 70}]}]})
+        .to_string(),
+    )
+    .unwrap();
+    let port = free_port();
+    let fake = fake_nvml_lib();
+    let mut args: Vec<String> = [
+        "run",
+        "-d",
+        "--name",
+        &unique("image-agent"),
+        "--network",
+        "host",
+        "--pid=host",
+        "--cgroupns=host",
+        "--cap-drop",
+        "ALL",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    args.extend(ebpf_caps().into_iter().map(str::to_owned));
+    args.extend([
+        "--read-only".to_owned(),
+        "-v".into(),
+        "/sys:/sys:ro".into(),
+        "-v".into(),
+        "/var/run/docker.sock:/var/run/docker.sock:ro".into(),
+        // The fake NVML, where a host's libnvidia-ml would be mounted.
+        "-v".into(),
+        format!("{}:/usr/lib/libnvidia-ml.so.1:ro", fake.display()),
+        "-v".into(),
+        format!("{}:/scenario:ro", dir.path().display()),
+        "-e".into(),
+        "GPUWATCH_NVML_LIB=/usr/lib/libnvidia-ml.so.1".into(),
+        "-e".into(),
+        "FAKE_NVML_SCENARIO=/scenario/scenario.json".into(),
+        image.0.clone(),
+        "serve".into(),
+        "--web.listen-address".into(),
+        format!("127.0.0.1:{port}"),
+    ]);
+    let agent = docker(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let _remove = Removed(agent.clone());
+
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let started = Instant::now();
+    let want = format!("container_name=\"{}\"", trainer.name);
+    let metrics = loop {
+        let body = ureq::get(&url)
+            .call()
+            .ok()
+            .and_then(|mut r| r.body_mut().read_to_string().ok());
+        if let Some(b) = body.filter(|b| b.contains(&want)) {
+            break b;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no series for {} after 60 s; the agent's log:\n{}",
+            trainer.name,
+            logs(&agent)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("gpuwatch_container_gpu_memory_bytes{") && l.contains(&want))
+        .unwrap_or_else(|| panic!("no GPU memory series for the trainer:\n{metrics}"));
+    assert!(line.contains(&format!("image=\"{IMAGE}\"")), "{line}");
+    assert!(line.contains("compose_service=\"trainer\""), "{line}");
+    let value: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert_eq!(value, (3u64 << 30) as f64, "{line}");
+    // Without CAP_SYS_PTRACE another container's root is closed to the agent: /dev/shm use is
+    // not read, and the snapshot says why (the README names the capability).
+    let snap: serde_json::Value = ureq::get(&format!("http://127.0.0.1:{port}/api/v1/snapshot"))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .expect("the snapshot API answers JSON");
+    let w = workload(&snap, &format!("docker:{}", trainer.id));
+    let shm_error = w["config"]["errors"]["shm"].as_str().unwrap_or_default();
+    assert!(shm_error.contains("root/dev/shm"), "{:#}", w["config"]);
+    for source in ["nvml", "docker", "ebpf"] {
+        let up = format!("gpuwatch_up{{source=\"{source}\"}} 1");
+        assert!(
+            metrics.lines().any(|l| l.starts_with(&up)),
+            "{source} not up in the container; the agent's log:\n{}",
+            logs(&agent)
+        );
+    }
+}
+
+/// A container removed on drop.
+struct Removed(String);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = Command::new("docker").args(["rm", "-f", &self.0]).output();
+    }
+}
+
+fn logs(id: &str) -> String {
+    let out = Command::new("docker").args(["logs", id]).output().unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
