@@ -175,11 +175,27 @@ impl SourceArgs {
 }
 
 /// A flag set by SIGINT or SIGTERM.
+/// SIGINT and SIGTERM stop the loop cleanly. SIGHUP (what `systemctl reload` and many
+/// supervisors send) does not reload the configuration: it is logged and otherwise ignored, so
+/// it never kills the agent; a changed config takes a restart.
 pub(crate) fn stop_on_signals() -> Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
     }
+    let mut hangups = signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP])
+        .context("installing the SIGHUP handler")?;
+    std::thread::Builder::new()
+        .name("gpuwatch-sighup".into())
+        .spawn(move || {
+            for _ in hangups.forever() {
+                tracing::warn!(
+                    "SIGHUP: gpuwatch does not reload its configuration; restart it to apply a \
+                     changed file (it keeps running as it is)"
+                );
+            }
+        })
+        .context("starting the SIGHUP thread")?;
     Ok(stop)
 }
 
