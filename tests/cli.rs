@@ -72,3 +72,32 @@ fn man_page_is_roff_for_section_1() {
         assert!(page.contains(c), "{c}");
     }
 }
+
+/// DOCKER_HOST names the socket when no flag does: rootless Docker and Podman's compatible
+/// socket are found the way the docker CLI finds them.
+#[test]
+fn docker_host_names_the_socket() {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        .args([
+            "snapshot",
+            "--json",
+            "--no-nvml",
+            "--no-ebpf",
+            "--window",
+            "1s",
+        ])
+        .env("DOCKER_HOST", "unix:///nonexistent/gpuwatch-test.sock")
+        .env_remove("GPUWATCH_DOCKER_SOCKET")
+        .output()
+        .unwrap();
+    let snap: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let docker = &snap["sources"]["docker"];
+    assert_eq!(docker["up"], false, "{docker}");
+    assert!(
+        docker["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("/nonexistent/gpuwatch-test.sock")),
+        "{docker}"
+    );
+}

@@ -316,6 +316,8 @@ fn api_landing_page_and_expiry_of_exited_containers() {
     )
     .unwrap();
     let (_agent, addr) = serve(&scenario, &["-c", config.to_str().unwrap()]);
+    // Healthy at once (the process answers); ready once a round is published.
+    assert_eq!(get(&format!("{addr}/-/healthy")).0, 200);
     let wait_for = |path: &str, pred: &dyn Fn(&str) -> bool| -> String {
         let started = Instant::now();
         loop {
@@ -330,6 +332,7 @@ fn api_landing_page_and_expiry_of_exited_containers() {
             std::thread::sleep(Duration::from_millis(300));
         }
     };
+    assert_eq!(wait_for("/-/ready", &|b| b == "ready\n"), "ready\n");
     let landing = wait_for("/", &|b| b.contains("/metrics"));
     assert!(landing.contains("<title>gpuwatch</title>"));
     let containers: Value =

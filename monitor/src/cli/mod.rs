@@ -29,7 +29,7 @@ use watch::WatchArgs;
 #[derive(Parser)]
 #[command(
     name = "gpuwatch",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("GPUWATCH_REVISION"), ")"),
     about = "Which container uses which GPU, how much, and why it idles"
 )]
 pub(crate) struct Cli {
@@ -122,7 +122,8 @@ pub(crate) struct SourceArgs {
     /// Do not use NVML.
     #[arg(long)]
     pub(crate) no_nvml: bool,
-    /// Docker daemon socket (default: /var/run/docker.sock).
+    /// Docker daemon socket (default: DOCKER_HOST when it is a unix:// address, else the
+    /// config's `sources.docker_socket`, /var/run/docker.sock).
     #[arg(long, env = "GPUWATCH_DOCKER_SOCKET")]
     pub(crate) docker_socket: Option<PathBuf>,
     /// Do not use Docker (identities from cgroups only).
@@ -147,6 +148,14 @@ impl SourceArgs {
         }
         if let Some(p) = &self.docker_socket {
             src.docker_socket = p.clone();
+        } else if let Ok(host) = std::env::var("DOCKER_HOST") {
+            match docker_host_socket(&host) {
+                Ok(p) => src.docker_socket = p,
+                Err(why) => tracing::warn!(
+                    "DOCKER_HOST={host:?}: {why}; using {}",
+                    src.docker_socket.display()
+                ),
+            }
         }
         if let Some(p) = &self.proc_root {
             src.proc_root = p.clone();
@@ -175,6 +184,16 @@ impl SourceArgs {
 }
 
 /// A flag set by SIGINT or SIGTERM.
+/// The socket path of a `DOCKER_HOST` value: `unix:///run/user/1000/docker.sock` (rootless
+/// Docker, Podman's Docker-compatible socket). TCP and SSH addresses are not supported.
+fn docker_host_socket(host: &str) -> Result<PathBuf, String> {
+    match host.strip_prefix("unix://") {
+        Some(path) if path.starts_with('/') => Ok(PathBuf::from(path)),
+        Some(_) => Err("a unix:// address needs an absolute path".into()),
+        None => Err("only unix:// sockets are supported".into()),
+    }
+}
+
 /// SIGINT and SIGTERM stop the loop cleanly. SIGHUP (what `systemctl reload` and many
 /// supervisors send) does not reload the configuration: it is logged and otherwise ignored, so
 /// it never kills the agent; a changed config takes a restart.
@@ -201,3 +220,20 @@ pub(crate) fn stop_on_signals() -> Result<std::sync::Arc<std::sync::atomic::Atom
 
 /// Exit status of `doctor` when a check is at risk (1 stays "the command failed").
 pub(crate) const EXIT_AT_RISK: u8 = 2;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docker_host_unix_sockets_only() {
+        assert_eq!(
+            docker_host_socket("unix:///run/user/1000/docker.sock"),
+            Ok(PathBuf::from("/run/user/1000/docker.sock"))
+        );
+        assert!(docker_host_socket("tcp://10.0.0.1:2376")
+            .unwrap_err()
+            .contains("unix://"));
+        assert!(docker_host_socket("unix://relative.sock").is_err());
+    }
+}

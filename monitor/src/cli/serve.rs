@@ -52,6 +52,9 @@ pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
         published: published.clone(),
         auth: BasicAuth::new(web.basic_auth_users.clone()).map(LoginGate::new),
         headers,
+        // Rounds are published when the GPU series covers them: one can be a series interval
+        // late, and the next comes a series interval after it.
+        stale_after: interval * 3 + config.sources.nvml_series_interval * 2,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -2,6 +2,7 @@
 pub mod csv;
 pub mod escape;
 pub mod plot;
+pub mod process_metrics;
 pub mod prometheus;
 pub mod report;
 pub mod table;

@@ -112,6 +112,70 @@ fn with(mut labels: Labels, extra: &[(&'static str, String)]) -> Labels {
     labels
 }
 
+/// The build, and the agent's own process as every exporter reports it.
+fn encode_agent(enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    use super::process_metrics::{self, REVISION};
+    use MetricType::{Counter, Gauge};
+    family(
+        enc,
+        "gpuwatch_build_info",
+        "1, labelled with the version and the revision gpuwatch was built from.",
+        None,
+        Gauge,
+        [(
+            vec![
+                ("version", env!("CARGO_PKG_VERSION").to_owned()),
+                ("revision", REVISION.to_owned()),
+            ],
+            1.0,
+        )],
+    )?;
+    let Some(p) = process_metrics::read() else {
+        return Ok(());
+    };
+    let one = |v: f64| [(Labels::new(), v)];
+    family(
+        enc,
+        "process_cpu",
+        "User and system CPU time of the agent.",
+        Some(Unit::Seconds),
+        Counter,
+        one(p.cpu_seconds_total),
+    )?;
+    family(
+        enc,
+        "process_resident_memory",
+        "Resident memory of the agent.",
+        Some(Unit::Bytes),
+        Gauge,
+        one(p.resident_memory_bytes),
+    )?;
+    family(
+        enc,
+        "process_start_time",
+        "When the agent started, since the Unix epoch.",
+        Some(Unit::Seconds),
+        Gauge,
+        one(p.start_time_seconds),
+    )?;
+    family(
+        enc,
+        "process_open_fds",
+        "Open file descriptors of the agent.",
+        None,
+        Gauge,
+        one(p.open_fds),
+    )?;
+    family(
+        enc,
+        "process_max_fds",
+        "The agent's open-file limit.",
+        None,
+        Gauge,
+        one(p.max_fds),
+    )
+}
+
 impl SnapshotCollector {
     /// The container's configuration: `/dev/shm`, and the GPUs it was given.
     fn encode_container_config(
@@ -202,6 +266,7 @@ impl Collector for SnapshotCollector {
             ]
             .map(|(name, st)| (vec![("source", name.to_owned())], bool_f(st.up))),
         )?;
+        encode_agent(&mut enc)?;
         family(
             &mut enc,
             "gpuwatch_collection_duration",
@@ -703,6 +768,23 @@ mod tests {
         }
         assert!(!text.contains("pid="), "no PID labels");
         assert!(line("gpuwatch_up{source=\"nvml\"}").ends_with(" 1.0"));
+        let build = line("gpuwatch_build_info{");
+        assert!(
+            build.contains(&format!("version=\"{}\"", env!("CARGO_PKG_VERSION")))
+                && build.contains("revision=\""),
+            "{build}"
+        );
+        let rss: f64 = line("process_resident_memory_bytes ")
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(rss > 1e6, "{rss}");
+        assert!(
+            text.contains("# TYPE process_cpu_seconds counter"),
+            "{text}"
+        );
         assert!(text.trim_end().ends_with("# EOF"));
     }
 

@@ -42,6 +42,9 @@ pub struct Site {
     pub published: Published,
     pub auth: Option<LoginGate>,
     pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// `/-/ready` turns false when the last published round is older than this (three
+    /// intervals, plus twice the series interval rounds are held for).
+    pub stale_after: Duration,
 }
 
 /// How long a client may take to send a request's headers, or to send the next request on a
@@ -245,6 +248,11 @@ fn route(site: &Site, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     }
     let current = site.published.read().ok().and_then(|p| p.clone());
     let path = req.uri().path();
+    match path {
+        "/-/healthy" => return respond(StatusCode::OK, "text/plain", "OK\n"),
+        "/-/ready" => return ready(current.as_deref(), site.stale_after),
+        _ => {}
+    }
     let Some(e) = current else {
         return respond(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -275,9 +283,28 @@ fn route(site: &Site, req: &Request<Incoming>) -> Response<Full<Bytes>> {
             "alerts": e.alerts,
         })),
         "/api/v1/snapshot" => json(&e.snapshot),
-        "/-/healthy" => respond(StatusCode::OK, "text/plain", "OK\n"),
         _ => respond(StatusCode::NOT_FOUND, "text/plain", "Not found\n"),
     }
+}
+
+/// Ready once a round is published, and while the newest is younger than `stale_after`.
+fn ready(current: Option<&Exported>, stale_after: Duration) -> Response<Full<Bytes>> {
+    let unavailable = |why: String| respond(StatusCode::SERVICE_UNAVAILABLE, "text/plain", why);
+    let Some(e) = current else {
+        return unavailable("not ready: no round published yet\n".into());
+    };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let age = Duration::from_millis(now_ms.saturating_sub(e.snapshot.taken_at_unix_ms));
+    if age > stale_after {
+        return unavailable(format!(
+            "not ready: the last round is {:.0} s old (more than {:.0} s)\n",
+            age.as_secs_f64(),
+            stale_after.as_secs_f64()
+        ));
+    }
+    respond(StatusCode::OK, "text/plain", "ready\n")
 }
 
 fn landing(e: &Exported) -> String {
@@ -305,4 +332,38 @@ fn landing(e: &Exported) -> String {
         workloads = s.workloads.len(),
         taken = esc(&s.taken_at),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::test_support::snapshot;
+
+    fn exported(age: Duration) -> Exported {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        Exported {
+            snapshot: snapshot(now - age.as_millis() as u64, Vec::new(), Vec::new()),
+            alerts: Vec::new(),
+            xid_totals: Default::default(),
+        }
+    }
+
+    #[test]
+    fn ready_once_a_round_is_out_and_while_it_is_fresh() {
+        let stale_after = Duration::from_secs(23);
+        assert_eq!(
+            ready(None, stale_after).status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        let fresh = exported(Duration::from_secs(12));
+        assert_eq!(ready(Some(&fresh), stale_after).status(), StatusCode::OK);
+        let old = exported(Duration::from_secs(40));
+        assert_eq!(
+            ready(Some(&old), stale_after).status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+    }
 }
