@@ -97,3 +97,36 @@ fn sighup_is_logged_and_does_not_stop_the_agent() {
         "{stderr:#?}"
     );
 }
+
+/// Across a fleet an alert must say which host: every aggregation and match in the shipped
+/// Prometheus rules keeps `instance` (and `job`), and every summary names the instance.
+#[test]
+fn every_shipped_rule_keeps_and_names_the_host() {
+    let rules =
+        std::fs::read_to_string(root().join("deploy/prometheus/gpuwatch-rules.yml")).unwrap();
+    let mut clauses = 0;
+    for keyword in [" by (", " on ("] {
+        for (i, _) in rules.match_indices(keyword) {
+            let end = rules[i..].find(')').map_or(rules.len(), |e| i + e);
+            let labels = &rules[i + keyword.len()..end];
+            assert!(
+                labels.contains("instance") && labels.contains("job"),
+                "`{}` drops the host",
+                &rules[i..=end.min(rules.len() - 1)]
+            );
+            clauses += 1;
+        }
+    }
+    assert!(clauses >= 6, "{clauses} clauses checked");
+    let summaries: Vec<&str> = rules
+        .lines()
+        .filter(|l| l.trim_start().starts_with("summary:"))
+        .collect();
+    assert_eq!(summaries.len(), 14, "one summary per rule");
+    for s in summaries {
+        assert!(s.contains("{{ $labels.instance }}"), "{s}");
+    }
+    for word in [" without (", "ignoring ("] {
+        assert!(!rules.contains(word), "{word} may drop the host");
+    }
+}
