@@ -29,6 +29,15 @@ const TRAINER: &str = "exec 3< /tmp/q; \
     while read -r _ <&3; do echo 95 > /state/sm; n=$((per * COMPUTE_CS)); \
     i=0; while [ $i -lt $n ]; do i=$((i+1)); done; echo 0 > /state/sm; done";
 
+/// Held by the tests whose figures depend on having the CPUs to themselves (calibrated busy
+/// loops, pinned loops) and by the one that runs a busy loader beside them: on a 2-CPU machine
+/// the loader's quarter of a CPU moved the I/O-bound trainer's GPU busy share out of range.
+static CPU_TIMED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn cpu_timed() -> std::sync::MutexGuard<'static, ()> {
+    CPU_TIMED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn script(loader: &str, compute_cs: u32) -> String {
     format!(
         "mkfifo /tmp/q; ( {loader} ) > /tmp/q & {}",
@@ -51,6 +60,7 @@ fn f(v: &Value, k: &str) -> f64 {
 #[test]
 fn io_cpu_and_gpu_bound_containers_get_their_verdicts() {
     require_root();
+    let _cpu = cpu_timed();
     let state = tempfile::tempdir().unwrap();
     let mount = |name: &str| {
         let dir = state.path().join(name);
@@ -423,6 +433,7 @@ fn a_process_moved_into_a_watched_cgroup_is_tracked_after_the_move() {
 #[test]
 fn a_cgroups_time_splits_into_cpu_run_queue_and_sleep_as_spent() {
     require_root();
+    let _cpu = cpu_timed();
     let cg = TempCgroup::new("split");
     let mut probe = StallProbe::load(true).unwrap();
     probe.watch(&HashSet::from([cg.id])).unwrap();
@@ -515,6 +526,7 @@ fn num_cpus() -> usize {
 fn the_agent_traces_reads_only_while_a_container_needs_them() {
     use std::io::{BufRead, BufReader};
     require_root();
+    let _cpu = cpu_timed();
     let c = Container::start(
         &unique("adaptive"),
         &[],

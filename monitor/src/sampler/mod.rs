@@ -316,23 +316,7 @@ impl Sampler {
         }
         self.stalls.step_io(now_us / 1000, &self.events);
         let probe_ok = self.read_counters(&mut workloads, window, &gpu_pids);
-        for w in workloads.values_mut().filter(|w| !w.exited) {
-            if let Some(c) = &w.container {
-                if c.blkio_throttled && w.stalls.is_some() {
-                    w.errors.insert("disk", DISK_UNDER_THROTTLE.to_owned());
-                }
-                let config = self
-                    .container_configs
-                    .read(&self.proc_root, c, w, &gpus, window);
-                w.config = Some(config);
-            }
-        }
-        let running: HashSet<&str> = workloads
-            .values()
-            .filter(|w| !w.exited)
-            .filter_map(|w| Some(w.container.as_ref()?.id.as_str()))
-            .collect();
-        self.container_configs.retain(|id| running.contains(id));
+        self.read_container_configs(&mut workloads, &gpus, window);
         if probe_ok {
             self.stalls.end_round(&self.proc_root);
         }
@@ -649,6 +633,32 @@ impl Sampler {
         }
         self.previous.retain(|id, _| workloads.contains_key(id));
         probe_ok
+    }
+
+    /// Each running container's configuration section (and the note on its disk figures under
+    /// blkio throttling), after its counters are read.
+    fn read_container_configs(
+        &mut self,
+        workloads: &mut BTreeMap<WorkloadId, Workload>,
+        gpus: &[Gpu],
+        window: Option<f64>,
+    ) {
+        for w in workloads.values_mut().filter(|w| !w.exited) {
+            let Some(c) = &w.container else { continue };
+            if c.blkio_throttled && w.stalls.is_some() {
+                w.errors.insert("disk", DISK_UNDER_THROTTLE.to_owned());
+            }
+            let config = self
+                .container_configs
+                .read(&self.proc_root, c, w, gpus, window);
+            w.config = Some(config);
+        }
+        let running: HashSet<&str> = workloads
+            .values()
+            .filter(|w| !w.exited)
+            .filter_map(|w| Some(w.container.as_ref()?.id.as_str()))
+            .collect();
+        self.container_configs.retain(|id| running.contains(id));
     }
 
     fn remember_cgroup(&mut self, id: WorkloadId, membership: &CgroupMembership) {
