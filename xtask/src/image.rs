@@ -2,7 +2,7 @@
 //! `deploy/Dockerfile`'s base from, so the base is made here from Debian's own packages
 //! (debootstrap, minbase) and tagged with the Dockerfile's `FROM`; against a registry the same
 //! Dockerfile builds on the published base.
-use crate::setup::{is_root, run_cmd};
+use crate::setup::{apt_install, is_root, run_cmd};
 use crate::{cargo, workspace_root};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
@@ -65,22 +65,7 @@ pub fn base() -> Result<()> {
         .map_or(true, |s| !s.success())
     {
         say("installing debootstrap with apt-get");
-        run_cmd(
-            Command::new("apt-get").args(["update", "-q"]),
-            "apt-get update",
-        )?;
-        run_cmd(
-            Command::new("apt-get")
-                .args([
-                    "install",
-                    "-y",
-                    "-q",
-                    "--no-install-recommends",
-                    "debootstrap",
-                ])
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-            "apt-get install debootstrap",
-        )?;
+        apt_install(&["debootstrap"])?;
     }
     let dir = std::env::temp_dir().join(format!("gpuwatch-base-{}", std::process::id()));
     let made = make_base(&dir);

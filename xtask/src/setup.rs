@@ -199,6 +199,11 @@ fn debian_packages() -> Result<()> {
         );
     }
     say(&format!("installing {} with apt-get", missing.join(", ")));
+    apt_install(&missing)
+}
+
+/// `apt-get update`, then an install of `packages` without recommends (root).
+pub(crate) fn apt_install(packages: &[&str]) -> Result<()> {
     run_cmd(
         Command::new("apt-get").args(["update", "-q"]),
         "apt-get update",
@@ -206,7 +211,7 @@ fn debian_packages() -> Result<()> {
     run_cmd(
         Command::new("apt-get")
             .args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(&missing)
+            .args(packages)
             .env("DEBIAN_FRONTEND", "noninteractive"),
         "apt-get install",
     )
