@@ -122,8 +122,11 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Mean wall and CPU time of each NVML call the GPU source makes, through nvml-wrapper (which sizes list
-/// calls with an extra call), to see where a round's time goes.
+/// Mean wall and CPU time of each NVML call the GPU source makes, through nvml-wrapper (which
+/// sizes list calls with an extra call), to see where a round's time goes. Three passes of
+/// `rounds` each, one call after the other as a round makes them, then `interval_ms` of sleep:
+/// in the source's order, in reverse order, and without `utilization_rates` and the graphics
+/// list. A call whose cost moves with its place pays for the driver waking up, not for itself.
 fn per_call(
     lib: Option<std::path::PathBuf>,
     rounds: usize,
@@ -136,63 +139,105 @@ fn per_call(
     }
     let nvml = b.init()?;
     let d = nvml.device_by_index(0)?;
-    // (name, wall µs, CPU µs, calls)
-    let mut totals: Vec<(&str, f64, f64, usize)> = Vec::new();
-    let mut time = |name: &'static str, f: &mut dyn FnMut() -> bool| {
-        let (t, c) = (Instant::now(), thread_cpu());
-        let ok = f();
-        let us = t.elapsed().as_secs_f64() * 1e6;
-        let cpu_us = (thread_cpu() - c).as_secs_f64() * 1e6;
-        match totals.iter_mut().find(|e| e.0 == name) {
-            Some(e) => {
-                e.1 += us;
-                e.2 += cpu_us;
-                e.3 += 1
-            }
-            None => totals.push((name, us, cpu_us, 1)),
-        }
-        ok
-    };
     let start_us = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_micros() as u64;
-    for _ in 0..rounds {
-        time("device_by_index", &mut || nvml.device_by_index(0).is_ok());
-        time("utilization_rates", &mut || d.utilization_rates().is_ok());
-        time("memory_info", &mut || d.memory_info().is_ok());
-        time("temperature", &mut || {
-            d.temperature(TemperatureSensor::Gpu).is_ok()
-        });
-        time("power_usage", &mut || d.power_usage().is_ok());
-        time("enforced_power_limit", &mut || {
-            d.enforced_power_limit().is_ok()
-        });
-        time("clock_info(SM)", &mut || d.clock_info(Clock::SM).is_ok());
-        time("current_throttle_reasons", &mut || {
-            d.current_throttle_reasons().is_ok()
-        });
-        time("running_compute_processes", &mut || {
-            d.running_compute_processes().is_ok()
-        });
-        time("running_graphics_processes", &mut || {
-            d.running_graphics_processes().is_ok()
-        });
-        time("process_utilization(last 1s)", &mut || {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |t| t.as_micros() as u64);
-            d.process_utilization_stats(now - 1_000_000).is_ok()
-        });
-        time("process_utilization(since start)", &mut || {
-            d.process_utilization_stats(start_us).is_ok()
-        });
-        std::thread::sleep(Duration::from_millis(interval_ms));
+    type Call<'a> = (&'static str, Box<dyn FnMut() -> bool + 'a>);
+    let calls = || -> Vec<Call<'_>> {
+        vec![
+            (
+                "device_by_index",
+                Box::new(|| nvml.device_by_index(0).is_ok()),
+            ),
+            (
+                "utilization_rates",
+                Box::new(|| d.utilization_rates().is_ok()),
+            ),
+            ("memory_info", Box::new(|| d.memory_info().is_ok())),
+            (
+                "temperature",
+                Box::new(|| d.temperature(TemperatureSensor::Gpu).is_ok()),
+            ),
+            ("power_usage", Box::new(|| d.power_usage().is_ok())),
+            (
+                "enforced_power_limit",
+                Box::new(|| d.enforced_power_limit().is_ok()),
+            ),
+            (
+                "clock_info(SM)",
+                Box::new(|| d.clock_info(Clock::SM).is_ok()),
+            ),
+            (
+                "current_throttle_reasons",
+                Box::new(|| d.current_throttle_reasons().is_ok()),
+            ),
+            (
+                "running_compute_processes",
+                Box::new(|| d.running_compute_processes().is_ok()),
+            ),
+            (
+                "running_graphics_processes",
+                Box::new(|| d.running_graphics_processes().is_ok()),
+            ),
+        ]
+    };
+    // (name, wall µs, CPU µs, calls) per pass, and each pass's CPU per round.
+    let mut passes: Vec<(&str, Vec<(&str, f64, f64, usize)>, f64)> = Vec::new();
+    for pass in ["in order", "reversed", "no util/graphics"] {
+        let mut list = calls();
+        match pass {
+            "reversed" => list.reverse(),
+            "no util/graphics" => list
+                .retain(|(n, _)| !matches!(*n, "utilization_rates" | "running_graphics_processes")),
+            _ => {}
+        }
+        let mut totals: Vec<(&str, f64, f64, usize)> =
+            list.iter().map(|(n, _)| (*n, 0.0, 0.0, 0)).collect();
+        let round_cpu = thread_cpu();
+        for _ in 0..rounds {
+            for ((_, f), t) in list.iter_mut().zip(totals.iter_mut()) {
+                let (w, c) = (Instant::now(), thread_cpu());
+                f();
+                t.1 += w.elapsed().as_secs_f64() * 1e6;
+                t.2 += (thread_cpu() - c).as_secs_f64() * 1e6;
+                t.3 += 1;
+            }
+            std::thread::sleep(Duration::from_millis(interval_ms));
+        }
+        let per_round = (thread_cpu() - round_cpu).as_secs_f64() * 1e6 / rounds as f64;
+        passes.push((pass, totals, per_round));
     }
-    println!(
-        "{:<34} {:>12} {:>12}",
-        "call (nvml-wrapper)", "wall us", "cpu us"
-    );
-    for (name, wall, cpu, n) in totals {
+    for (pass, totals, per_round) in &passes {
+        println!("pass: {pass}, {rounds} rounds, CPU per round {per_round:.1} us");
+        println!(
+            "{:<34} {:>12} {:>12}",
+            "call (nvml-wrapper)", "wall us", "cpu us"
+        );
+        for (name, wall, cpu, n) in totals {
+            let n = *n as f64;
+            println!("{name:<34} {:>12.1} {:>12.1}", wall / n, cpu / n);
+        }
+    }
+    // The per-process call, for a GPU several workloads share.
+    for (name, since) in [
+        ("process_utilization(last 1s)", None),
+        ("process_utilization(since start)", Some(start_us)),
+    ] {
+        let (mut wall, mut cpu) = (0.0, 0.0);
+        let n = rounds.min(10);
+        for _ in 0..n {
+            let since = since.unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |t| t.as_micros() as u64)
+                    .saturating_sub(1_000_000)
+            });
+            let (w, c) = (Instant::now(), thread_cpu());
+            let _ = d.process_utilization_stats(since);
+            wall += w.elapsed().as_secs_f64() * 1e6;
+            cpu += (thread_cpu() - c).as_secs_f64() * 1e6;
+            std::thread::sleep(Duration::from_millis(interval_ms));
+        }
         println!(
             "{name:<34} {:>12.1} {:>12.1}",
             wall / n as f64,

@@ -4,16 +4,20 @@
 //! Read every round for the processes of GPUs several workloads share (their CPU time is
 //! evidence for splitting the GPU's busy time between them), and in rotation for the others: a
 //! slice of them per round, so each is checked at least every [`ROTATION_ROUNDS`] rounds
-//! whatever the number of processes (at 8 GPUs × 200 processes a round reads 54 files, not
-//! 1,600). A process is *stuck* when two checks find it in uninterruptible sleep (D) with no
-//! CPU time spent between them: it holds its GPU memory and does nothing.
+//! whatever the number of processes (at 8 GPUs × 200 processes a round reads 7 files, not
+//! 200), and at least one a round. A process is *stuck* when two checks find it in
+//! uninterruptible sleep (D) with no CPU time spent between them: it holds its GPU memory and
+//! does nothing. That finding holds in the rounds between checks, until the next check says
+//! otherwise, so a rule that needs it for a while sees it every round.
 use crate::attribution::{PidMap, PidSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Every process is checked at least once in this many rounds.
 pub const ROTATION_ROUNDS: usize = 30;
-const MIN_PER_ROUND: usize = 8;
+/// One `/proc/<pid>/stat` read costs ~20 µs (the kernel formats 52 fields): a round of a few
+/// processes reads one, not all of them.
+const MIN_PER_ROUND: usize = 1;
 
 /// One read of `/proc/<pid>/stat`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,6 +80,8 @@ pub struct Observed {
 struct Last {
     stat: ProcStat,
     round: u64,
+    /// What that check found.
+    stuck: bool,
 }
 
 pub struct ProcessChecks {
@@ -134,11 +140,12 @@ impl ProcessChecks {
                 .last
                 .get(&pid)
                 .filter(|l| l.stat.start_time == stat.start_time);
+            let stuck = before.is_some_and(|b| {
+                b.stat.state == 'D' && stat.state == 'D' && b.stat.cpu_ticks == stat.cpu_ticks
+            });
             let observed = Observed {
                 state: Some(stat.state),
-                stuck: before.is_some_and(|b| {
-                    b.stat.state == 'D' && stat.state == 'D' && b.stat.cpu_ticks == stat.cpu_ticks
-                }),
+                stuck,
                 cpu_seconds: before.filter(|b| b.round + 1 == self.round).map(|b| {
                     stat.cpu_ticks.saturating_sub(b.stat.cpu_ticks) as f64 / self.ticks_per_second
                 }),
@@ -148,12 +155,23 @@ impl ProcessChecks {
                 Last {
                     stat,
                     round: self.round,
+                    stuck,
                 },
             );
             out.insert(pid, observed);
         }
         let live: PidSet = every_round.iter().chain(others).copied().collect();
         self.last.retain(|pid, _| live.contains(pid));
+        // Not checked this round: a stuck finding stands until the next check.
+        for pid in others {
+            if let Some(l) = self.last.get(pid).filter(|l| l.stuck) {
+                out.entry(*pid).or_insert(Observed {
+                    state: None,
+                    stuck: l.stuck,
+                    cpu_seconds: None,
+                });
+            }
+        }
         out
     }
 }
@@ -208,6 +226,29 @@ mod tests {
         assert!(o.cpu_seconds.unwrap() > 0.0);
         std::fs::remove_dir_all(root.path().join("5")).unwrap();
         assert!(c.observe(&[5], &[]).is_empty(), "gone");
+    }
+
+    #[test]
+    fn a_stuck_finding_holds_between_checks_in_rotation() {
+        let root = tempfile::tempdir().unwrap();
+        for pid in [5, 6, 7] {
+            write_stat(root.path(), pid, if pid == 5 { 'D' } else { 'S' }, 10);
+        }
+        let mut c = ProcessChecks::new(root.path());
+        let others = [5, 6, 7];
+        // One check a round: PID 5 is checked in rounds 1 and 4, stuck from round 4 on.
+        let stuck: Vec<bool> = (0..9)
+            .map(|_| c.observe(&[], &others).get(&5).is_some_and(|o| o.stuck))
+            .collect();
+        assert_eq!(
+            stuck,
+            [false, false, false, true, true, true, true, true, true]
+        );
+        write_stat(root.path(), 5, 'R', 90);
+        let after: Vec<bool> = (0..3)
+            .map(|_| c.observe(&[], &others).get(&5).is_some_and(|o| o.stuck))
+            .collect();
+        assert_eq!(after, [false, false, false], "the next check clears it");
     }
 
     #[test]

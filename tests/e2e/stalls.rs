@@ -278,7 +278,7 @@ impl Drop for TempCgroup {
 /// The read syscalls the probe counted for the tasks of cgroup `id`.
 fn reads_counted(probe: &mut StallProbe, id: u64) -> u64 {
     let mut totals = ProbeTotals::default();
-    probe.read(&mut totals).unwrap();
+    probe.read(&mut totals, true).unwrap();
     totals
         .reads
         .iter()
@@ -312,7 +312,7 @@ fn empty_programs_record_nothing_where_the_probes_count_every_read() {
     empty.watch(&HashSet::from([cg.id])).unwrap();
     reads_in_cgroup();
     let mut totals = ProbeTotals::default();
-    empty.read(&mut totals).unwrap();
+    empty.read(&mut totals, true).unwrap();
     assert!(
         totals.times.is_empty() && totals.reads.is_empty() && totals.disk.is_empty(),
         "{totals:?}"
@@ -375,7 +375,7 @@ fn the_read_programs_attach_and_detach_in_two_steps() {
         "detached again: the count stands"
     );
     let mut totals = ProbeTotals::default();
-    probe.read(&mut totals).unwrap();
+    probe.read(&mut totals, true).unwrap();
     assert_eq!(
         totals.failures[monitor_common::probe_stat::UNMATCHED_END as usize],
         0,
@@ -460,7 +460,7 @@ fn a_cgroups_time_splits_into_cpu_run_queue_and_sleep_as_spent() {
     assert!(joiner.wait().unwrap().code().is_some());
 
     let mut totals = ProbeTotals::default();
-    probe.read(&mut totals).unwrap();
+    probe.read(&mut totals, true).unwrap();
     let mut t = monitor_common::TaskTimes::default();
     let work_tasks = totals
         .times

@@ -69,6 +69,18 @@ enum MemorySource {
     V2 { current: PathBuf, max: PathBuf },
 }
 
+/// The limits change only when an operator changes them (`docker update`), so they are read
+/// once every this many rounds, not every round: on v2 that is two of a workload's four files.
+pub const LIMITS_EVERY: u32 = 30;
+
+/// The limits as last read, and the rounds left before they are read again.
+#[derive(Clone, Debug, Default)]
+pub struct LimitsCache {
+    rounds_left: u32,
+    memory_limit_bytes: Option<u64>,
+    cpu_limit_cores: Option<f64>,
+}
+
 impl CgroupStatsPaths {
     pub fn resolve(
         layout: &CgroupLayout,
@@ -120,8 +132,16 @@ impl CgroupStatsPaths {
         Ok(Self { cpu, memory, quota })
     }
 
-    /// Reads the counters now.
-    pub fn read(&self) -> Result<CgroupUsage, StatsError> {
+    /// Reads the counters now, and the limits when `limits` says they are due.
+    pub fn read(&self, limits: &mut LimitsCache) -> Result<CgroupUsage, StatsError> {
+        let fresh = limits.rounds_left == 0;
+        if fresh {
+            limits.memory_limit_bytes = self.memory_limit()?;
+            limits.cpu_limit_cores = self.cpu_limit();
+            limits.rounds_left = LIMITS_EVERY;
+        }
+        limits.rounds_left -= 1;
+        let memory_limit_bytes = limits.memory_limit_bytes;
         // v2 keeps usage and throttling in one file: read it once.
         let mut v2_cpu_stat: Option<String> = None;
         let cpu_usage_seconds_total = match &self.cpu {
@@ -137,23 +157,9 @@ impl CgroupStatsPaths {
                 seconds
             }
         };
-        let (memory_bytes, memory_limit_bytes) = match &self.memory {
-            MemorySource::V1 { usage, limit } => {
-                let limit = read_u64(limit, "memory.limit_in_bytes")?;
-                // v1 reports "unlimited" as a page-rounded i64::MAX.
-                (
-                    read_u64(usage, "memory.usage_in_bytes")?,
-                    (limit < 1 << 62).then_some(limit),
-                )
-            }
-            MemorySource::V2 { current, max } => {
-                let max_text = read(max)?;
-                let limit = match max_text.trim() {
-                    "max" => None,
-                    v => Some(parse_u64(max, "memory.max", v)?),
-                };
-                (read_u64(current, "memory.current")?, limit)
-            }
+        let memory_bytes = match &self.memory {
+            MemorySource::V1 { usage, .. } => read_u64(usage, "memory.usage_in_bytes")?,
+            MemorySource::V2 { current, .. } => read_u64(current, "memory.current")?,
         };
         let page_cache_bytes = memory_limit_bytes.and_then(|_| match &self.memory {
             MemorySource::V1 { usage, .. } => {
@@ -164,38 +170,17 @@ impl CgroupStatsPaths {
             }
         });
         // The quota files exist only with the cpu controller enabled: absent means unknown.
-        let (cpu_limit_cores, throttled_seconds_total) = match &self.quota {
-            None => (None, None),
+        let throttled_seconds_total = match &self.quota {
+            None => None,
             Some(QuotaSource::V1(dir)) => {
-                let quota = std::fs::read_to_string(dir.join("cpu.cfs_quota_us")).ok();
-                let period = std::fs::read_to_string(dir.join("cpu.cfs_period_us")).ok();
-                let limit = match (
-                    quota.and_then(|q| q.trim().parse::<i64>().ok()),
-                    period.and_then(|p| p.trim().parse::<f64>().ok()),
-                ) {
-                    (Some(q), Some(p)) if q > 0 && p > 0.0 => Some(q as f64 / p),
-                    _ => None,
-                };
-                let throttled =
-                    stat_field(&dir.join("cpu.stat"), "throttled_time").map(|ns| ns as f64 / 1e9);
-                (limit, throttled)
+                stat_field(&dir.join("cpu.stat"), "throttled_time").map(|ns| ns as f64 / 1e9)
             }
             Some(QuotaSource::V2(dir)) => {
-                let limit = std::fs::read_to_string(dir.join("cpu.max"))
-                    .ok()
-                    .and_then(|t| {
-                        let mut it = t.split_whitespace();
-                        let (q, p) = (it.next()?, it.next()?);
-                        let (q, p) = (q.parse::<f64>().ok()?, p.parse::<f64>().ok()?);
-                        (p > 0.0).then_some(q / p)
-                    });
                 let text =
                     v2_cpu_stat.or_else(|| std::fs::read_to_string(dir.join("cpu.stat")).ok());
-                let throttled = text
-                    .as_deref()
+                text.as_deref()
                     .and_then(|t| stat_value(t, "throttled_usec"))
-                    .map(|us| us as f64 / 1e6);
-                (limit, throttled)
+                    .map(|us| us as f64 / 1e6)
             }
         };
         Ok(CgroupUsage {
@@ -203,9 +188,46 @@ impl CgroupStatsPaths {
             memory_bytes,
             memory_limit_bytes,
             page_cache_bytes,
-            cpu_limit_cores,
+            cpu_limit_cores: limits.cpu_limit_cores,
             throttled_seconds_total,
         })
+    }
+
+    /// The memory limit, `None` when unlimited.
+    fn memory_limit(&self) -> Result<Option<u64>, StatsError> {
+        Ok(match &self.memory {
+            MemorySource::V1 { limit, .. } => {
+                let limit = read_u64(limit, "memory.limit_in_bytes")?;
+                // v1 reports "unlimited" as a page-rounded i64::MAX.
+                (limit < 1 << 62).then_some(limit)
+            }
+            MemorySource::V2 { max, .. } => match read(max)?.trim() {
+                "max" => None,
+                v => Some(parse_u64(max, "memory.max", v)?),
+            },
+        })
+    }
+
+    /// The CPU quota in cores, `None` when unlimited or unknown.
+    fn cpu_limit(&self) -> Option<f64> {
+        match self.quota.as_ref()? {
+            QuotaSource::V1(dir) => {
+                let quota = std::fs::read_to_string(dir.join("cpu.cfs_quota_us")).ok()?;
+                let period = std::fs::read_to_string(dir.join("cpu.cfs_period_us")).ok()?;
+                let (q, p) = (
+                    quota.trim().parse::<i64>().ok()?,
+                    period.trim().parse::<f64>().ok()?,
+                );
+                (q > 0 && p > 0.0).then(|| q as f64 / p)
+            }
+            QuotaSource::V2(dir) => {
+                let t = std::fs::read_to_string(dir.join("cpu.max")).ok()?;
+                let mut it = t.split_whitespace();
+                let (q, p) = (it.next()?, it.next()?);
+                let (q, p) = (q.parse::<f64>().ok()?, p.parse::<f64>().ok()?);
+                (p > 0.0).then_some(q / p)
+            }
+        }
     }
 }
 
@@ -275,7 +297,7 @@ mod tests {
         .unwrap();
         let m = CgroupMembership::parse("0::/job\n");
         let paths = CgroupStatsPaths::resolve(&layout_v2(root.path()), &m).unwrap();
-        let u = paths.read().unwrap();
+        let u = paths.read(&mut LimitsCache::default()).unwrap();
         assert_eq!(u.cpu_usage_seconds_total, 2.5);
         assert_eq!(u.memory_bytes, 1 << 20);
         assert_eq!(u.memory_limit_bytes, None);
@@ -287,9 +309,44 @@ mod tests {
         );
         std::fs::write(dir.join("memory.max"), "2097152\n").unwrap();
         std::fs::write(dir.join("memory.stat"), "anon 4096\nfile 786432\n").unwrap();
-        let limited = paths.read().unwrap();
+        let limited = paths.read(&mut LimitsCache::default()).unwrap();
         assert_eq!(limited.memory_limit_bytes, Some(2 << 20));
         assert_eq!(limited.page_cache_bytes, Some(786432));
+    }
+
+    #[test]
+    fn limits_are_read_once_every_limits_every_rounds() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("job");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("cpu.stat"), "usage_usec 1000000\n").unwrap();
+        std::fs::write(dir.join("memory.current"), "4096\n").unwrap();
+        std::fs::write(dir.join("memory.max"), "max\n").unwrap();
+        std::fs::write(dir.join("cpu.max"), "max 100000\n").unwrap();
+        let m = CgroupMembership::parse("0::/job\n");
+        let paths = CgroupStatsPaths::resolve(&layout_v2(root.path()), &m).unwrap();
+        let mut cache = LimitsCache::default();
+        let first = paths.read(&mut cache).unwrap();
+        assert_eq!((first.memory_limit_bytes, first.cpu_limit_cores), (None, None));
+        // `docker update --memory 8m --cpus 2`: seen within LIMITS_EVERY rounds, not before.
+        std::fs::write(dir.join("memory.max"), "8388608\n").unwrap();
+        std::fs::write(dir.join("cpu.max"), "200000 100000\n").unwrap();
+        std::fs::write(dir.join("memory.current"), "8192\n").unwrap();
+        let mut seen = Vec::new();
+        for _ in 1..=LIMITS_EVERY {
+            let u = paths.read(&mut cache).unwrap();
+            assert_eq!(u.memory_bytes, 8192, "usage is read every round");
+            seen.push((u.memory_limit_bytes, u.cpu_limit_cores));
+        }
+        assert!(seen[..LIMITS_EVERY as usize - 1].iter().all(|l| *l == (None, None)));
+        assert_eq!(seen.last(), Some(&(Some(8 << 20), Some(2.0))));
+        // A limit file that turns unreadable is an error with its path, as usage is.
+        std::fs::write(dir.join("memory.max"), "lots\n").unwrap();
+        let err = paths
+            .read(&mut LimitsCache::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("memory.max") && err.contains("lots"), "{err}");
     }
 
     #[test]
@@ -308,19 +365,25 @@ mod tests {
         ));
         let m = CgroupMembership::parse("3:cpuacct:/docker/x\n2:memory:/docker/x\n");
         let paths = CgroupStatsPaths::resolve(&layout, &m).unwrap();
-        let u = paths.read().unwrap();
+        let u = paths.read(&mut LimitsCache::default()).unwrap();
         assert_eq!(u.cpu_usage_seconds_total, 3.0);
         assert_eq!(u.memory_bytes, 4096);
         assert_eq!(u.memory_limit_bytes, None);
 
         std::fs::write(mem.join("memory.usage_in_bytes"), "lots\n").unwrap();
-        let err = paths.read().unwrap_err().to_string();
+        let err = paths
+            .read(&mut LimitsCache::default())
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("memory.usage_in_bytes") && err.contains("lots"),
             "{err}"
         );
         std::fs::remove_dir_all(&cpu).unwrap();
-        let err = paths.read().unwrap_err().to_string();
+        let err = paths
+            .read(&mut LimitsCache::default())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("cpuacct.usage"), "{err}");
     }
 }

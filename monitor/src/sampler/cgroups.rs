@@ -1,6 +1,6 @@
 //! Where each workload's cgroup is, resolved once from a member process, and the Docker
 //! containers the cgroup tree shows when the daemon cannot be asked.
-use crate::cgroup::stats::CgroupStatsPaths;
+use crate::cgroup::stats::{CgroupStatsPaths, LimitsCache};
 use crate::cgroup::{classify, CgroupLayout, CgroupMembership};
 use crate::model::{WorkloadId, WorkloadKind};
 use std::os::unix::fs::MetadataExt;
@@ -10,6 +10,8 @@ use std::path::PathBuf;
 pub struct WorkloadCgroup {
     pub path: String,
     pub stats: Result<CgroupStatsPaths, String>,
+    /// Its limits as last read (they are read once every few rounds).
+    pub limits: LimitsCache,
     /// Inode of the unified-hierarchy directory: the id eBPF reports.
     pub cgroup_id: Option<u64>,
     /// A directory of the cgroup, to notice when it is removed (the workload stopped).
@@ -35,6 +37,7 @@ impl WorkloadCgroup {
         Self {
             path,
             stats,
+            limits: LimitsCache::default(),
             cgroup_id,
             dir,
         }

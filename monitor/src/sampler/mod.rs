@@ -578,7 +578,7 @@ impl Sampler {
         for (id, w) in workloads.iter_mut() {
             let prev = self.previous.get(id).copied().unwrap_or_default();
             let mut now = Previous::default();
-            let Some(cg) = self.cgroups.get(id) else {
+            let Some(cg) = self.cgroups.get_mut(id) else {
                 w.errors.insert(
                     "cgroup",
                     "no member process to locate the cgroup".to_owned(),
@@ -590,7 +590,7 @@ impl Sampler {
             // An exited workload's cgroup is gone: it keeps the values last read.
             if !w.exited {
                 match &cg.stats {
-                    Ok(paths) => match paths.read() {
+                    Ok(paths) => match paths.read(&mut cg.limits) {
                         Ok(u) => {
                             let rate = |n: Option<f64>, b: Option<f64>| match (n, b, window) {
                                 (Some(n), Some(b), Some(win)) => Some(((n - b) / win).max(0.0)),

@@ -121,9 +121,16 @@ impl Stalls {
         }
         let io = probe.io_state();
         self.window_traced = self.io_at_read == IoTracing::On && io == IoTracing::On;
+        // Detached at the last read and since: that read holds the maps' final counts.
+        let io_unchanged = self.io_at_read == IoTracing::Off && io == IoTracing::Off;
+        let previous = self.previous.as_ref().filter(|_| io_unchanged);
         self.io_at_read = io;
-        match probe.read(&mut self.totals) {
+        match probe.read(&mut self.totals, previous.is_none()) {
             Ok(()) => {
+                if let Some(p) = previous {
+                    self.totals.reads.clone_from(&p.reads);
+                    self.totals.disk.clone_from(&p.disk);
+                }
                 self.failures = self.totals.failures;
                 let evicted = self.totals.evicted_during_read;
                 if evicted > 0 {

@@ -2,7 +2,8 @@
 //! path. Two kinds of call, by cost (H200 figures; docs/gpu-sampling.md has the table):
 //!
 //! - every round, the cheap state: utilisation as nvidia-smi reads it, memory, temperature,
-//!   power, clocks, throttle reasons and the process lists (each call 1–40 µs);
+//!   power, clocks, throttle reasons and the compute processes (each call 10–300 µs of CPU
+//!   under load on the H200); the graphics processes every round only where there are any;
 //! - every series fetch (the sampler decides when), what costs milliseconds and keeps: the
 //!   device's utilisation series (`GetSamples`, ~2 ms, 14 s of history), GPM's SM activity
 //!   (~1.4 ms), and, only for GPUs that several workloads share, the driver's per-process split
@@ -76,6 +77,8 @@ struct DeviceCursor {
     minor_number: Option<u32>,
     compute: Vec<nvmlProcessInfo_t>,
     graphics: Vec<nvmlProcessInfo_t>,
+    /// Rounds left before the graphics list is asked for again, while it was last empty.
+    graphics_quiet_rounds: u32,
     /// The device's utilisation series and the newest sample fetched.
     series: UtilSeries,
     series_buf: Vec<nvmlSample_t>,
@@ -89,6 +92,11 @@ struct DeviceCursor {
     /// Fields that change rarely, and the readings left before they are read again.
     slow: SlowFields,
 }
+
+/// A GPU without graphics contexts (a training host's every GPU) has its graphics list asked
+/// for once every this many rounds, not every round: the call costs ~100 µs of CPU on the H200
+/// under load. A GPU that has one is asked every round.
+pub const GRAPHICS_RECHECK_EVERY: u32 = 10;
 
 /// Slow-changing fields (ECC counts, persistence mode, the power limit) are read once every this
 /// many rounds, not every round: each call costs tens of microseconds on a real GPU.
@@ -167,6 +175,7 @@ impl GpuSource {
                 minor_number,
                 compute: Vec::new(),
                 graphics: Vec::new(),
+                graphics_quiet_rounds: 0,
                 series: UtilSeries::default(),
                 series_buf: Vec::new(),
                 series_supported: true,
@@ -484,12 +493,21 @@ fn read_device(nvml: &Nvml, cursor: &mut DeviceCursor, events: &EventCounters) -
         &mut cursor.compute,
     );
     let n_compute = rec.take("compute_processes", compute).unwrap_or(0);
-    let graphics = raw::list_processes(
-        lib.nvmlDeviceGetGraphicsRunningProcesses_v3.as_ref(),
-        handle,
-        &mut cursor.graphics,
-    );
-    let n_graphics = rec.take("graphics_processes", graphics).unwrap_or(0);
+    let n_graphics = if cursor.graphics_quiet_rounds > 0 {
+        cursor.graphics_quiet_rounds -= 1;
+        0
+    } else {
+        let graphics = raw::list_processes(
+            lib.nvmlDeviceGetGraphicsRunningProcesses_v3.as_ref(),
+            handle,
+            &mut cursor.graphics,
+        );
+        let n = rec.take("graphics_processes", graphics);
+        if n == Some(0) {
+            cursor.graphics_quiet_rounds = GRAPHICS_RECHECK_EVERY - 1;
+        }
+        n.unwrap_or(0)
+    };
     rec.reading.processes =
         merge_processes(&cursor.compute[..n_compute], &cursor.graphics[..n_graphics]);
     reading

@@ -444,13 +444,18 @@ impl StallProbe {
         }
     }
 
-    /// Reads every counter into `out` (cleared first).
-    pub fn read(&mut self, out: &mut ProbeTotals) -> Result<(), ProbeError> {
+    /// Reads the counters into `out` (each map read is cleared first). `io_maps`: also the read
+    /// and disk maps; without it `out.reads` and `out.disk` are left as they are (the caller
+    /// knows the maps cannot have changed: their programs were detached since the last read).
+    /// Each map read walks all of its hash buckets in the kernel, filled or not.
+    pub fn read(&mut self, out: &mut ProbeTotals, io_maps: bool) -> Result<(), ProbeError> {
         out.evicted_during_read = 0;
-        if !self.read_batched(out)? {
+        if !self.read_batched(out, io_maps)? {
             out.evicted_during_read += walk_map(&self.times, "TASK_TIMES", &mut out.times)?;
-            out.evicted_during_read += walk_map(&self.reads, "READ_STATS", &mut out.reads)?;
-            out.evicted_during_read += walk_map(&self.disk, "DISK_STATS", &mut out.disk)?;
+            if io_maps {
+                out.evicted_during_read += walk_map(&self.reads, "READ_STATS", &mut out.reads)?;
+                out.evicted_during_read += walk_map(&self.disk, "DISK_STATS", &mut out.disk)?;
+            }
         }
         for i in 0..probe_stat::COUNT {
             let v = self.stats.get(&i, 0).map_err(|source| ProbeError::Map {
@@ -464,17 +469,18 @@ impl StallProbe {
 
     /// The three task maps through batch lookups. False where the kernel has none (and from
     /// then on the keys are walked).
-    fn read_batched(&mut self, out: &mut ProbeTotals) -> Result<bool, ProbeError> {
+    fn read_batched(&mut self, out: &mut ProbeTotals, io_maps: bool) -> Result<bool, ProbeError> {
         let Some(b) = self.batches.as_mut() else {
             return Ok(false);
         };
         let result = batch_map(&mut b.times, self.times.map(), &mut out.times)
             .map_err(|e| ("TASK_TIMES", e))
             .and_then(|()| {
+                if !io_maps {
+                    return Ok(());
+                }
                 batch_map(&mut b.io, self.reads.map(), &mut out.reads)
-                    .map_err(|e| ("READ_STATS", e))
-            })
-            .and_then(|()| {
+                    .map_err(|e| ("READ_STATS", e))?;
                 batch_map(&mut b.io, self.disk.map(), &mut out.disk).map_err(|e| ("DISK_STATS", e))
             });
         match result {
