@@ -218,9 +218,13 @@ pub struct RequestStart {
     pub bytes: u64,
 }
 
-/// Maximum number of (cgroup, tgid) entries in each per-task map (LRU: the least recently
-/// updated entry is evicted when full; userspace sees a counter go backwards and counts it).
-pub const TASK_MAP_ENTRIES: u32 = 16_384;
+/// Maximum number of (cgroup, tgid, thread kind) entries in each per-task map (LRU: the least
+/// recently updated entry is evicted when full; userspace sees a counter go backwards and counts
+/// it). Only watched workloads' tasks have entries, and exited ones are deleted each round. Each
+/// round's batch read walks every hash bucket (one per entry, filled or not: ~4 ns each), and
+/// the kernel preallocates entries × CPUs values, so this is no bigger than a busy host needs:
+/// 8 containers × 64 processes × 2 kinds is 1,024.
+pub const TASK_MAP_ENTRIES: u32 = 8_192;
 /// Maximum number of threads tracked at once (threads of watched workloads only; an entry is
 /// 128 bytes, preallocated).
 pub const THREAD_MAP_ENTRIES: u32 = 65_536;

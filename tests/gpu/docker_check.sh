@@ -5,11 +5,14 @@
 #   lone   - one container at full duty: every 1-s row of `record`, and `snapshot`;
 #   share  - two containers at 70 % and 30 % duty on the one GPU: each one's part;
 #   spin   - a single-thread spinning kernel: the low-SM-activity verdict;
-#   loader - a DataLoader container, GPU-, I/O- then CPU-bound: verdicts and input-bound shares.
+#   loader - a DataLoader container, GPU-, I/O- then CPU-bound: verdicts and input-bound shares;
+#   shm    - two DataLoader containers, Docker's default /dev/shm and --shm-size 8m: `doctor`;
+#   adaptive - the DataLoader container under `record` with read tracing adaptive (the default):
+#            verdicts and shares per phase, and when the read evidence came on.
 # STAGES picks some (default all); PER_MM gives the GPU time of one matmul when the lone stage,
 # which measures it, is left out. Evidence goes to $OUT.
 set -uo pipefail
-STAGES=${STAGES:-lone share spin loader}
+STAGES=${STAGES:-lone share spin loader shm}
 want() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
 OUT=${OUT:-/tmp/gpuwatch-docker-check}
 mkdir -p "$OUT/jobs"
@@ -116,5 +119,56 @@ docker wait gw-loader > /dev/null
 docker logs gw-loader > "$OUT/loader.log" 2>&1
 python3 tests/gpu/compare_verdicts.py "$OUT" "docker:$LID" gpu_bound io_bound cpu_bound
 docker rm -f gw-loader > /dev/null
+fi
+if want adaptive; then
+echo "== adaptive: the DataLoader container under record, read tracing adaptive"
+. tests/gpu/loader_data.sh
+export PHASE_S=${PHASE_S:-30}
+docker run -d --name gw-adaptive --label com.docker.compose.service=loader -e PHASE_S="$PHASE_S" \
+  --device-read-bps "$DISK:20mb" -v "$OUT:/out" $GPU_RUN \
+  python3 tests/gpu/loader_job.py /out/adaptive_truth.json /work/.loader-data > "$OUT/adaptive.id"
+$BIN/gpuwatch record --interval 1s --format jsonl -o "$OUT/adaptive.jsonl" 2> "$OUT/adaptive.err" &
+RECPID=$!
+docker wait gw-adaptive > /dev/null
+sleep 2; kill -INT $RECPID; wait $RECPID
+docker logs gw-adaptive > "$OUT/adaptive.log" 2>&1
+grep -i "read tracing" "$OUT/adaptive.err" | head
+python3 tests/gpu/compare_record_verdicts.py "$OUT/adaptive.jsonl" "$OUT/adaptive_truth.json" "$OUT/adaptive.log" gw-adaptive
+docker rm -f gw-adaptive > /dev/null
+fi
+
+if want shm; then
+echo "== shm: DataLoader containers with Docker's default /dev/shm and with --shm-size 8m"
+. tests/gpu/loader_data.sh
+for v in default small; do
+  opt=""; [ $v = small ] && opt="--shm-size 8m"
+  docker run -d --name "gw-shm-$v" $opt -e PHASES=gpu_bound -e PHASE_S=40 -v "$OUT:/out" $GPU_RUN \
+    python3 tests/gpu/loader_job.py "/out/shm_$v.json" /work/.loader-data > "$OUT/shm_$v.id"
+done
+for v in default small; do
+  for _ in $(seq 200); do docker logs "gw-shm-$v" 2>&1 | grep -q "phase gpu_bound start" && break; sleep 1; done
+done
+sleep 5
+for v in default small; do
+  echo "gw-shm-$v: $(docker exec "gw-shm-$v" df -k /dev/shm | tail -1)"
+done
+$BIN/gpuwatch doctor --window 5s > "$OUT/doctor_shm.txt" 2> "$OUT/doctor_shm.err"; echo "doctor exit $?"
+cat "$OUT/doctor_shm.txt"
+$BIN/gpuwatch doctor --json --window 5s > "$OUT/doctor_shm.json" 2>> "$OUT/doctor_shm.err"
+python3 - "$OUT" <<'PY'
+import json, sys
+d = json.load(open(f"{sys.argv[1]}/doctor_shm.json"))
+def walk(x):
+    if isinstance(x, dict):
+        if x.get("check") == "container_shm" or x.get("name") == "container_shm":
+            print("container_shm:", json.dumps(x))
+        for v in x.values():
+            walk(v)
+    elif isinstance(x, list):
+        for v in x:
+            walk(v)
+walk(d)
+PY
+docker rm -f gw-shm-default gw-shm-small > /dev/null
 fi
 kill $REC

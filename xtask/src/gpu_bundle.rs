@@ -2,7 +2,8 @@
 //! registry needs to run the checks in `tests/gpu/`:
 //!
 //! - `gpuwatch`, stripped (150 MB with debug info, 13 MB without), and the `sample_cost`
-//!   example (a round's CPU time, per NVML call with `--per-call`);
+//!   example (a round's CPU time, per NVML call with `--per-call`), and the `probe_cost`
+//!   example (what `xtask bench-probes` runs: the stall probes' cost to a loader);
 //! - this `xtask`, stripped, for `xtask bench-vs-nvitop` there;
 //! - `docker.tar.xz`: Debian's docker.io, containerd, runc and tini binaries, stripped, with the
 //!   shared libraries dockerd and runc need that a stock GPU image lacks (`tests/gpu/docker_up.sh`
@@ -70,11 +71,17 @@ pub fn run_bundle() -> Result<()> {
         "--bins",
         "--example",
         "sample_cost",
+        "--example",
+        "probe_cost",
     ])?;
     strip_to(&root.join("target/release/gpuwatch"), &out.join("gpuwatch"))?;
     strip_to(
         &root.join("target/release/examples/sample_cost"),
         &out.join("sample_cost"),
+    )?;
+    strip_to(
+        &root.join("target/release/examples/probe_cost"),
+        &out.join("probe_cost"),
     )?;
     let me = std::env::current_exe().context("locating the xtask binary")?;
     strip_to(&me, &out.join("xtask"))?;

@@ -327,7 +327,10 @@ mod tests {
         let paths = CgroupStatsPaths::resolve(&layout_v2(root.path()), &m).unwrap();
         let mut cache = LimitsCache::default();
         let first = paths.read(&mut cache).unwrap();
-        assert_eq!((first.memory_limit_bytes, first.cpu_limit_cores), (None, None));
+        assert_eq!(
+            (first.memory_limit_bytes, first.cpu_limit_cores),
+            (None, None)
+        );
         // `docker update --memory 8m --cpus 2`: seen within LIMITS_EVERY rounds, not before.
         std::fs::write(dir.join("memory.max"), "8388608\n").unwrap();
         std::fs::write(dir.join("cpu.max"), "200000 100000\n").unwrap();
@@ -338,7 +341,9 @@ mod tests {
             assert_eq!(u.memory_bytes, 8192, "usage is read every round");
             seen.push((u.memory_limit_bytes, u.cpu_limit_cores));
         }
-        assert!(seen[..LIMITS_EVERY as usize - 1].iter().all(|l| *l == (None, None)));
+        assert!(seen[..LIMITS_EVERY as usize - 1]
+            .iter()
+            .all(|l| *l == (None, None)));
         assert_eq!(seen.last(), Some(&(Some(8 << 20), Some(2.0))));
         // A limit file that turns unreadable is an error with its path, as usage is.
         std::fs::write(dir.join("memory.max"), "lots\n").unwrap();

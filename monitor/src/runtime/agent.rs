@@ -107,8 +107,9 @@ impl Agent {
             if now >= until {
                 return true;
             }
-            // A signal sets `stop` without waking the sleep: look every 250 ms.
-            std::thread::sleep((until - now).min(Duration::from_millis(250)));
+            // A signal sets `stop` without waking the sleep: look every second (each wake-up
+            // costs the agent CPU; at the default 1-s interval this is one a round).
+            std::thread::sleep((until - now).min(Duration::from_secs(1)));
         }
     }
 }

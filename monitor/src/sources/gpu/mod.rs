@@ -2,8 +2,9 @@
 //! path. Two kinds of call, by cost (H200 figures; docs/gpu-sampling.md has the table):
 //!
 //! - every round, the cheap state: utilisation as nvidia-smi reads it, memory, temperature,
-//!   power, clocks, throttle reasons and the compute processes (each call 10–300 µs of CPU
-//!   under load on the H200); the graphics processes every round only where there are any;
+//!   power, clocks and throttle reasons (each call 3–150 µs of CPU under load on the H200, the
+//!   first after the thread slept dearest); the process lists (220–320 µs) only when the
+//!   device's used memory changed, or every few rounds (see [`ListReuse`]);
 //! - every series fetch (the sampler decides when), what costs milliseconds and keeps: the
 //!   device's utilisation series (`GetSamples`, ~2 ms, 14 s of history), GPM's SM activity
 //!   (~1.4 ms), and, only for GPUs that several workloads share, the driver's per-process split
@@ -77,8 +78,8 @@ struct DeviceCursor {
     minor_number: Option<u32>,
     compute: Vec<nvmlProcessInfo_t>,
     graphics: Vec<nvmlProcessInfo_t>,
-    /// Rounds left before the graphics list is asked for again, while it was last empty.
-    graphics_quiet_rounds: u32,
+    /// The process lists as last read, and what makes them still true (see [`ListReuse`]).
+    lists: ListReuse,
     /// The device's utilisation series and the newest sample fetched.
     series: UtilSeries,
     series_buf: Vec<nvmlSample_t>,
@@ -93,10 +94,49 @@ struct DeviceCursor {
     slow: SlowFields,
 }
 
-/// A GPU without graphics contexts (a training host's every GPU) has its graphics list asked
-/// for once every this many rounds, not every round: the call costs ~100 µs of CPU on the H200
-/// under load. A GPU that has one is asked every round.
-pub const GRAPHICS_RECHECK_EVERY: u32 = 10;
+/// The process lists are read again at least once every this many rounds.
+pub const LISTS_AT_MOST_EVERY: u32 = 10;
+
+/// When a round may reuse the last process lists instead of asking the driver (the compute list
+/// costs 220–320 µs of CPU on the H200 under load, the round's dearest call). A process cannot
+/// start, end or change its allocation without the device's used memory changing, so the lists
+/// still hold while that figure is exactly the same, every listed process is alive, and no more
+/// than [`LISTS_AT_MOST_EVERY`] rounds have passed. Any doubt (a failed call, a dead PID, a
+/// different figure) reads them again.
+#[derive(Debug, Default)]
+struct ListReuse {
+    /// Device memory used when the lists were read; `None`: read them.
+    memory_used: Option<u64>,
+    n_compute: usize,
+    n_graphics: usize,
+    rounds_left: u32,
+    /// Lists read and reused since start (for the benchmark).
+    read: u64,
+    reused: u64,
+}
+
+impl ListReuse {
+    fn still_true<'a>(
+        &self,
+        memory_used: Option<u64>,
+        mut listed: impl Iterator<Item = &'a nvmlProcessInfo_t>,
+    ) -> bool {
+        self.rounds_left > 0
+            && memory_used.is_some()
+            && self.memory_used == memory_used
+            && listed.all(|p| pid_alive(p.pid))
+    }
+}
+
+/// Whether `pid` exists (signal 0: no signal is sent; EPERM means it exists).
+fn pid_alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: signal 0 only checks for the process.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
 
 /// Slow-changing fields (ECC counts, persistence mode, the power limit) are read once every this
 /// many rounds, not every round: each call costs tens of microseconds on a real GPU.
@@ -175,7 +215,7 @@ impl GpuSource {
                 minor_number,
                 compute: Vec::new(),
                 graphics: Vec::new(),
-                graphics_quiet_rounds: 0,
+                lists: ListReuse::default(),
                 series: UtilSeries::default(),
                 series_buf: Vec::new(),
                 series_supported: true,
@@ -198,6 +238,13 @@ impl GpuSource {
 
     pub fn device_count(&self) -> usize {
         self.devices.len()
+    }
+
+    /// How many times the process lists were read from the driver, and reused, since start.
+    pub fn list_reads(&self) -> (u64, u64) {
+        self.devices
+            .iter()
+            .fold((0, 0), |(r, u), c| (r + c.lists.read, u + c.lists.reused))
     }
 
     /// The costly part, once per series fetch: every GPU's utilisation series since the last
@@ -486,31 +533,54 @@ fn read_device(nvml: &Nvml, cursor: &mut DeviceCursor, events: &EventCounters) -
 
     // SAFETY: the handle belongs to `nvml`, which outlives this call.
     let handle = unsafe { device.handle() };
-    let lib = nvml.lib();
+    let memory_used = rec.reading.memory_used_bytes;
+    let lists = &mut cursor.lists;
+    let listed = cursor.compute[..lists.n_compute]
+        .iter()
+        .chain(&cursor.graphics[..lists.n_graphics]);
+    if lists.still_true(memory_used, listed) {
+        lists.rounds_left -= 1;
+        lists.reused += 1;
+    } else {
+        let (n_compute, n_graphics) = read_lists(nvml.lib(), handle, cursor, &mut rec);
+        let lists = &mut cursor.lists;
+        *lists = ListReuse {
+            memory_used: memory_used.filter(|_| rec.reading.errors.is_empty()),
+            n_compute,
+            n_graphics,
+            rounds_left: LISTS_AT_MOST_EVERY - 1,
+            read: lists.read + 1,
+            reused: lists.reused,
+        };
+    }
+    let lists = &cursor.lists;
+    rec.reading.processes = merge_processes(
+        &cursor.compute[..lists.n_compute],
+        &cursor.graphics[..lists.n_graphics],
+    );
+    reading
+}
+
+/// Reads the compute and graphics lists; returns how many of each.
+fn read_lists(
+    lib: &nvml_wrapper_sys::bindings::NvmlLib,
+    handle: nvmlDevice_t,
+    cursor: &mut DeviceCursor,
+    rec: &mut Recorder<'_>,
+) -> (usize, usize) {
     let compute = raw::list_processes(
         lib.nvmlDeviceGetComputeRunningProcesses_v3.as_ref(),
         handle,
         &mut cursor.compute,
     );
     let n_compute = rec.take("compute_processes", compute).unwrap_or(0);
-    let n_graphics = if cursor.graphics_quiet_rounds > 0 {
-        cursor.graphics_quiet_rounds -= 1;
-        0
-    } else {
-        let graphics = raw::list_processes(
-            lib.nvmlDeviceGetGraphicsRunningProcesses_v3.as_ref(),
-            handle,
-            &mut cursor.graphics,
-        );
-        let n = rec.take("graphics_processes", graphics);
-        if n == Some(0) {
-            cursor.graphics_quiet_rounds = GRAPHICS_RECHECK_EVERY - 1;
-        }
-        n.unwrap_or(0)
-    };
-    rec.reading.processes =
-        merge_processes(&cursor.compute[..n_compute], &cursor.graphics[..n_graphics]);
-    reading
+    let graphics = raw::list_processes(
+        lib.nvmlDeviceGetGraphicsRunningProcesses_v3.as_ref(),
+        handle,
+        &mut cursor.graphics,
+    );
+    let n_graphics = rec.take("graphics_processes", graphics).unwrap_or(0);
+    (n_compute, n_graphics)
 }
 
 fn reason_names(r: ThrottleReasons) -> Vec<&'static str> {
