@@ -1,7 +1,8 @@
 """A DataLoader job's phases against `gpuwatch record --format jsonl` rows, with read tracing
 adaptive (the default): per phase, the rows whose window lies inside it after its first
 SKIP seconds, their verdicts and input-bound shares against the job's own data-wait fraction
-over each row's window; and when the read evidence came on after each phase began.
+over each row's window, and how many of them had the read evidence; and when the read
+evidence was first live in the phase, counted from its start.
 
     python3 compare_record_verdicts.py RECORD.jsonl TRUTH.json LOADER.log WORKLOAD_NAME [SKIP]
 
@@ -36,11 +37,14 @@ for phase, t in phases.items():
             on_at = b - start
         if a < start + skip or b > end or not w.get("verdict"):
             continue
+        # The job's own time in the window: each step's wait and compute intervals cut to it
+        # (a 1-s window holds few whole steps, and whole steps alone favour the short ones).
         wait = comp = 0.0
         for s in steps:
-            if s["t_start"] >= a and s["t_start"] + s["data_wait_s"] + s["compute_s"] <= b:
-                wait += s["data_wait_s"]
-                comp += s["compute_s"]
+            w0, w1 = s["t_start"], s["t_start"] + s["data_wait_s"]
+            c1 = w1 + s["compute_s"]
+            wait += max(0.0, min(b, w1) - max(a, w0))
+            comp += max(0.0, min(b, c1) - max(a, w1))
         if wait + comp == 0:
             continue
         picked.append((w["verdict"]["kind"], w["verdict"]["input_bound_share"], wait / (wait + comp),

@@ -131,8 +131,9 @@ fn loader_summary(w: &Workload, window: f64) -> Option<LoaderSummary> {
 /// time without (reading themselves). Of the traced time, not of the window: an episode is
 /// charged when the thread next switches out, so a long sleep still in progress at the end of
 /// the window is missing from it (9.8 s traced of a 12 s window on the H200's I/O-bound phase).
-/// A GPU process whose main thread never switched out never waited. `None` without a stall
-/// window or GPU process in it.
+/// A main thread that stayed in one state through the window has that state's time from the
+/// sampler (its state at the window's end); one still without times never waited. `None`
+/// without a stall window or GPU process in it.
 fn trainer_wait(w: &Workload, in_gpu_process: bool) -> Option<f64> {
     let stalls = w.stalls.as_ref()?;
     let waits: Vec<f64> = stalls

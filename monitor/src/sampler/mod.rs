@@ -627,7 +627,9 @@ impl Sampler {
                 }
             }
             if let (Some(cgroup_id), true) = (cg.cgroup_id, probe_ok) {
-                w.stalls = self.stalls.window(cgroup_id, gpu_pids, &self.events);
+                w.stalls =
+                    self.stalls
+                        .window(cgroup_id, gpu_pids, window, &self.proc_root, &self.events);
             }
             self.previous.insert(id.clone(), now);
         }

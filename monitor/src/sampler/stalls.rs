@@ -27,6 +27,10 @@ pub struct Stalls {
     previous: Option<ProbeTotals>,
     /// The kernel side's failure counters as last read.
     failures: [u64; probe_stat::COUNT as usize],
+    /// Time already put in earlier windows of a GPU process's main thread that is still in
+    /// one state (see [`Stalls::window`]), by (cgroup, pid), with the round it was last set.
+    in_progress: HashMap<(u64, u32), (ThreadTimes, u64)>,
+    round: u64,
 }
 
 impl Stalls {
@@ -53,6 +57,8 @@ impl Stalls {
             totals: ProbeTotals::default(),
             previous: None,
             failures: [0; probe_stat::COUNT as usize],
+            in_progress: HashMap::new(),
+            round: 0,
         }
     }
 
@@ -149,6 +155,9 @@ impl Stalls {
     /// (their last window is counted), and keeps this round's counters as the next baseline.
     pub fn end_round(&mut self, proc_root: &Path) {
         self.forget_exited_tasks(proc_root);
+        let round = self.round;
+        self.in_progress.retain(|_, (_, r)| *r == round);
+        self.round += 1;
         let current = std::mem::take(&mut self.totals);
         self.totals = self.previous.take().unwrap_or_default();
         self.previous = Some(current);
@@ -180,7 +189,58 @@ impl Stalls {
 
     /// One cgroup's window: this round's counters minus the previous round's, per process (its
     /// main thread apart too). `None` until there is a previous round.
+    ///
+    /// The probes charge a thread's time in a state when it leaves the state, so a GPU
+    /// process's main thread that stays asleep (waiting for a batch) or running through the
+    /// whole window shows nothing in it, and the whole stretch lands in the window where it
+    /// ends. On the H200's I/O-bound phase, with 1-s windows and 3-s waits, that read as no
+    /// wait in every third window. Where such a process's main thread did not switch, its state
+    /// now (`/proc/<pid>/stat`) stands for the whole window, and what was put in earlier windows
+    /// is taken off the stretch once it is charged.
     pub fn window(
+        &mut self,
+        cgroup_id: u64,
+        gpu_pids: &crate::attribution::PidSet,
+        window_seconds: Option<f64>,
+        proc_root: &Path,
+        events: &EventCounters,
+    ) -> Option<StallWindow> {
+        let mut w = self.charged_window(cgroup_id, gpu_pids, events)?;
+        for p in w
+            .processes
+            .iter_mut()
+            .filter(|p| p.role == ProcessRole::Gpu)
+        {
+            let key = (cgroup_id, p.pid);
+            match (&mut p.main_thread, window_seconds) {
+                (Some(m), _) => {
+                    if let Some((early, _)) = self.in_progress.remove(&key) {
+                        take_off(m, &early);
+                    }
+                }
+                (None, Some(window)) => {
+                    let Some(state) = crate::process_checks::read(proc_root, p.pid) else {
+                        continue;
+                    };
+                    let mut m = ThreadTimes::default();
+                    match state.state {
+                        'S' => m.sleep_seconds = window,
+                        'D' => m.blocked_seconds = window,
+                        'R' => m.on_cpu_seconds = window,
+                        _ => continue,
+                    }
+                    let early = self.in_progress.entry(key).or_default();
+                    add(&mut early.0, &m);
+                    early.1 = self.round;
+                    p.main_thread = Some(m);
+                }
+                (None, None) => {}
+            }
+        }
+        Some(w)
+    }
+
+    fn charged_window(
         &self,
         cgroup_id: u64,
         gpu_pids: &crate::attribution::PidSet,
@@ -243,6 +303,22 @@ impl Stalls {
             io_traced: self.window_traced,
         })
     }
+}
+
+fn add(to: &mut ThreadTimes, t: &ThreadTimes) {
+    to.on_cpu_seconds += t.on_cpu_seconds;
+    to.runq_seconds += t.runq_seconds;
+    to.blocked_seconds += t.blocked_seconds;
+    to.sleep_seconds += t.sleep_seconds;
+}
+
+/// `m` less what earlier windows already showed of it (never below 0).
+fn take_off(m: &mut ThreadTimes, early: &ThreadTimes) {
+    let less = |v: &mut f64, e: f64| *v = (*v - e).max(0.0);
+    less(&mut m.on_cpu_seconds, early.on_cpu_seconds);
+    less(&mut m.runq_seconds, early.runq_seconds);
+    less(&mut m.blocked_seconds, early.blocked_seconds);
+    less(&mut m.sleep_seconds, early.sleep_seconds);
 }
 
 /// The I/O of one cgroup in the window, all its processes and threads together.
@@ -308,5 +384,85 @@ pub(crate) fn io_summary(s: &IoStats) -> IoSummary {
         p50_latency_ms: percentile(0.5),
         p99_latency_ms: percentile(0.99),
         slow_count: s.hist.iter().skip(14).sum(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribution::PidSet;
+    use monitor_common::task_thread::{MAIN, OTHERS};
+
+    const CG: u64 = 77;
+    const S: u64 = 1_000_000_000;
+
+    fn times(on_cpu_ns: u64, sleep_ns: u64) -> TaskTimes {
+        TaskTimes {
+            on_cpu_ns,
+            sleep_ns,
+            switches: 1,
+            ..Default::default()
+        }
+    }
+
+    /// One round of counters: the process's other threads always move; its main thread only
+    /// when `main` says so (cumulative, as the kernel keeps them).
+    fn totals(others: TaskTimes, main: Option<TaskTimes>) -> ProbeTotals {
+        let mut t = ProbeTotals::default();
+        let key = |thread| TaskKey {
+            cgroup_id: CG,
+            tgid: 42,
+            thread,
+        };
+        t.times.insert(key(OTHERS), others);
+        if let Some(m) = main {
+            t.times.insert(key(MAIN), m);
+        }
+        t
+    }
+
+    fn proc_state(root: &Path, state: char) {
+        let d = root.join("42");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.join("stat"),
+            format!("42 (python) {state} 1 1 1 0 -1 0 0 0 0 0 5 5 0 0 20 0 1 0 99 0 0\n"),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_main_thread_asleep_through_windows_waits_in_each_and_is_not_counted_twice() {
+        let root = tempfile::tempdir().unwrap();
+        let mut s = Stalls::load(false, IoTracingConfig::default());
+        let events = EventCounters::default();
+        let gpu: PidSet = [42].into_iter().collect();
+        // Round 0: the main thread has run 0.1 s and gone to sleep waiting for a batch.
+        s.totals = totals(times(S / 10, 0), Some(times(S / 10, 0)));
+        s.end_round(root.path());
+        // Rounds 1 and 2 (1 s each): it sleeps on; only its other threads switch.
+        proc_state(root.path(), 'S');
+        let mut waits = Vec::new();
+        for k in 1..=2u64 {
+            // Its main thread's counters have not moved: nothing of it in the window.
+            s.totals = totals(times(S / 10 + k * S / 10, 0), Some(times(S / 10, 0)));
+            let w = s.window(CG, &gpu, Some(1.0), root.path(), &events).unwrap();
+            let m = w.processes[0].main_thread.unwrap();
+            waits.push(m.sleep_seconds);
+            s.end_round(root.path());
+        }
+        assert_eq!(waits, [1.0, 1.0], "asleep through each window");
+        // Round 3: it wakes after 2.5 s asleep and runs 0.2 s; the kernel charges all 2.5 s now.
+        s.totals = totals(times(S, 0), Some(times(S / 10 + S / 5, 5 * S / 2)));
+        let w = s.window(CG, &gpu, Some(1.0), root.path(), &events).unwrap();
+        let m = w.processes[0].main_thread.unwrap();
+        assert!((m.sleep_seconds - 0.5).abs() < 1e-9, "{m:?}");
+        assert!((m.on_cpu_seconds - 0.2).abs() < 1e-9, "{m:?}");
+        // Running through a whole window reads as running, not as no wait known.
+        s.end_round(root.path());
+        proc_state(root.path(), 'R');
+        s.totals = totals(times(2 * S, 0), Some(times(S / 10 + S / 5, 5 * S / 2)));
+        let w = s.window(CG, &gpu, Some(1.0), root.path(), &events).unwrap();
+        assert_eq!(w.processes[0].main_thread.unwrap().on_cpu_seconds, 1.0);
     }
 }
