@@ -181,8 +181,9 @@ fn per_call(
             ),
         ]
     };
-    // (name, wall µs, CPU µs, calls) per pass, and each pass's CPU per round.
-    let mut passes: Vec<(&str, Vec<(&str, f64, f64, usize)>, f64)> = Vec::new();
+    // Per pass: (name, wall µs, CPU µs, calls) per call, and the pass's CPU per round.
+    type Totals<'a> = Vec<(&'a str, f64, f64, usize)>;
+    let mut passes: Vec<(&str, Totals, f64)> = Vec::new();
     for pass in ["in order", "reversed", "no util/graphics"] {
         let mut list = calls();
         match pass {
@@ -191,8 +192,7 @@ fn per_call(
                 .retain(|(n, _)| !matches!(*n, "utilization_rates" | "running_graphics_processes")),
             _ => {}
         }
-        let mut totals: Vec<(&str, f64, f64, usize)> =
-            list.iter().map(|(n, _)| (*n, 0.0, 0.0, 0)).collect();
+        let mut totals: Totals = list.iter().map(|(n, _)| (*n, 0.0, 0.0, 0)).collect();
         let round_cpu = thread_cpu();
         for _ in 0..rounds {
             for ((_, f), t) in list.iter_mut().zip(totals.iter_mut()) {
