@@ -5,7 +5,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use gpuwatch::config::Config;
 use gpuwatch::output::table;
-use gpuwatch::runtime::{Agent, Schedule};
+use gpuwatch::runtime::Schedule;
 use std::io::Write;
 use std::time::Duration;
 
@@ -25,10 +25,7 @@ pub(crate) fn doctor(args: &DoctorArgs, config: &Config) -> Result<()> {
     use gpuwatch::health::doctor::{self, Status};
     let window = args.window.unwrap_or(config.doctor.window);
     let stop = stop_on_signals()?;
-    let mut agent_config = args.sources.agent_config(config);
-    agent_config.sampler.io_tracing = agent_config.sampler.io_tracing.for_one_shot();
-    let mut agent =
-        Agent::start(&agent_config, Duration::from_secs(3)).context("starting the agent")?;
+    let mut agent = args.sources.start_one_shot_agent(config)?;
     // One snapshot per second over the window: start values, peaks and trends.
     let schedule = Schedule {
         interval: Duration::from_secs(1),

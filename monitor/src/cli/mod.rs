@@ -13,7 +13,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use doctor::DoctorArgs;
 use gpuwatch::analysis::AnalysisConfig;
 use gpuwatch::config::Config;
-use gpuwatch::runtime::AgentConfig;
+use gpuwatch::runtime::{Agent, AgentConfig};
 use gpuwatch::sampler::SamplerConfig;
 use gpuwatch::sources::docker::DockerSourceConfig;
 use gpuwatch::sources::gpu::GpuSourceConfig;
@@ -138,6 +138,14 @@ pub(crate) struct SourceArgs {
 }
 
 impl SourceArgs {
+    /// The agent of a one-shot command (`snapshot`, `doctor`): read tracing from the start
+    /// unless it is off, since a single window has no earlier round to decide from.
+    pub(crate) fn start_one_shot_agent(&self, config: &Config) -> Result<Agent> {
+        let mut agent_config = self.agent_config(config);
+        agent_config.sampler.io_tracing = agent_config.sampler.io_tracing.for_one_shot();
+        Agent::start(&agent_config, std::time::Duration::from_secs(3)).context("starting the agent")
+    }
+
     pub(crate) fn agent_config(&self, config: &Config) -> AgentConfig {
         let mut src = config.sources.clone();
         src.nvml &= !self.no_nvml;

@@ -4,7 +4,6 @@ use anyhow::{Context, Result};
 use clap::Args;
 use gpuwatch::config::Config;
 use gpuwatch::output::table;
-use gpuwatch::runtime::Agent;
 use std::io::Write;
 use std::time::Duration;
 
@@ -21,10 +20,7 @@ pub(crate) struct SnapshotArgs {
 }
 
 pub(crate) fn snapshot(args: &SnapshotArgs, config: &Config) -> Result<()> {
-    let mut agent_config = args.sources.agent_config(config);
-    agent_config.sampler.io_tracing = agent_config.sampler.io_tracing.for_one_shot();
-    let mut agent =
-        Agent::start(&agent_config, Duration::from_secs(3)).context("starting the agent")?;
+    let mut agent = args.sources.start_one_shot_agent(config)?;
     // The first round is the baseline; the second covers the window. The GPU series is
     // fetched once at the end: the driver keeps ~14 s of it. (The log line is the end-to-end
     // tests' signal that the baseline is taken.)
