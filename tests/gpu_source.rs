@@ -41,6 +41,7 @@ fn process_lists_are_read_again_whenever_they_may_have_changed() {
     let proc_ = |pid: u32, mem: u64| json!({"pid": pid, "used_memory_bytes": mem});
     let one = |procs: Vec<serde_json::Value>| json!({"devices": [{"uuid": "GPU-lists", "processes": procs}]});
     write(&scenario, &one(vec![proc_(a.id(), 2 * GIB)]));
+    let _lock = ENV.lock().unwrap_or_else(|e| e.into_inner());
     std::env::set_var("FAKE_NVML_SCENARIO", &scenario);
     let config = GpuSourceConfig {
         lib_path: Some(fake_lib()),
@@ -64,7 +65,8 @@ fn process_lists_are_read_again_whenever_they_may_have_changed() {
     assert_eq!(gpu.list_reads().0, 2);
 
     // A listed process dies and the driver stops listing it, its memory not yet freed in the
-    // device figure: the dead PID alone makes the round ask again.
+    // device figure: the lists stand until the sampler, which checks every listed PID, says
+    // one is gone.
     b.kill().unwrap();
     b.wait().unwrap();
     write(
@@ -72,6 +74,8 @@ fn process_lists_are_read_again_whenever_they_may_have_changed() {
         &json!({"devices": [{"uuid": "GPU-lists", "memory_used_bytes": 3 * GIB + 512 * (1 << 20),
             "processes": [proc_(a.id(), 2 * GIB)]}]}),
     );
+    assert_eq!(pids(&mut gpu), both, "the device figure did not move");
+    gpu.relist(0);
     assert_eq!(pids(&mut gpu), [a.id()]);
     assert_eq!(gpu.list_reads().0, 3);
 
@@ -96,3 +100,54 @@ fn process_lists_are_read_again_whenever_they_may_have_changed() {
     a.kill().unwrap();
     a.wait().unwrap();
 }
+
+/// The sampler asks for the lists again when a listed process is gone: the round after it died
+/// no longer lists it, though the device's figure never moved.
+#[test]
+fn the_sampler_relists_a_gpu_whose_listed_process_is_gone() {
+    use gpuwatch::sampler::{Sampler, SamplerConfig};
+    let (mut a, mut b) = (sleeper(), sleeper());
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    let procs = |pids: &[u32]| {
+        json!({"devices": [{"uuid": "GPU-relist", "memory_used_bytes": 4 * GIB,
+            "processes": pids.iter().map(|p| json!({"pid": p, "used_memory_bytes": GIB})).collect::<Vec<_>>()}]})
+    };
+    write(&scenario, &procs(&[a.id(), b.id()]));
+    let config = SamplerConfig {
+        gpu: Some(GpuSourceConfig {
+            lib_path: Some(fake_lib()),
+        }),
+        probes: false,
+        ..SamplerConfig::default()
+    };
+    // Another test in this binary sets the variable to its own file: take it for this one.
+    let _lock = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    std::env::set_var("FAKE_NVML_SCENARIO", &scenario);
+    let mut sampler = Sampler::new(&config, None, Arc::new(EventCounters::default()));
+    // One round, published at once: its GPU processes, and whether each was found gone.
+    let listed = |sampler: &mut Sampler| -> Vec<(u32, bool)> {
+        let mut snaps = sampler.round();
+        snaps.extend(sampler.flush());
+        let mut p: Vec<(u32, bool)> = snaps.last().unwrap().gpus[0]
+            .processes
+            .iter()
+            .map(|p| (p.reading.pid, p.vanished))
+            .collect();
+        p.sort_unstable();
+        p
+    };
+    let mut both = vec![(a.id(), false), (b.id(), false)];
+    both.sort_unstable();
+    assert_eq!(listed(&mut sampler), both);
+    b.kill().unwrap();
+    b.wait().unwrap();
+    write(&scenario, &procs(&[a.id()]));
+    let gone: Vec<(u32, bool)> = listed(&mut sampler);
+    assert!(gone.contains(&(b.id(), true)), "{gone:?}");
+    assert_eq!(listed(&mut sampler), [(a.id(), false)]);
+    a.kill().unwrap();
+    a.wait().unwrap();
+}
+
+static ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());

@@ -292,6 +292,15 @@ impl Sampler {
             Err(_) => (Vec::new(), None),
         };
         let mut gpus = self.attribute(readings);
+        // A listed process found gone: the next round asks the driver for the lists again.
+        if let Ok(g) = &mut self.gpu {
+            for x in gpus
+                .iter()
+                .filter(|x| x.processes.iter().any(|p| p.vanished))
+            {
+                g.relist(x.device.index);
+            }
+        }
         let shared_gpus: Vec<u32> = gpus
             .iter()
             .filter(|g| is_shared(g))

@@ -100,9 +100,10 @@ pub const LISTS_AT_MOST_EVERY: u32 = 10;
 /// When a round may reuse the last process lists instead of asking the driver (the compute list
 /// costs 220–320 µs of CPU on the H200 under load, the round's dearest call). A process cannot
 /// start, end or change its allocation without the device's used memory changing, so the lists
-/// still hold while that figure is exactly the same, every listed process is alive, and no more
-/// than [`LISTS_AT_MOST_EVERY`] rounds have passed. Any doubt (a failed call, a dead PID, a
-/// different figure) reads them again.
+/// still hold while that figure is exactly the same and no more than [`LISTS_AT_MOST_EVERY`]
+/// rounds have passed. Any doubt reads them again: a failed call, a different figure, or a
+/// listed process the sampler found gone ([`GpuSource::relist`]: it checks every listed PID's
+/// liveness anyway).
 #[derive(Debug, Default)]
 struct ListReuse {
     /// Device memory used when the lists were read; `None`: read them.
@@ -116,26 +117,9 @@ struct ListReuse {
 }
 
 impl ListReuse {
-    fn still_true<'a>(
-        &self,
-        memory_used: Option<u64>,
-        mut listed: impl Iterator<Item = &'a nvmlProcessInfo_t>,
-    ) -> bool {
-        self.rounds_left > 0
-            && memory_used.is_some()
-            && self.memory_used == memory_used
-            && listed.all(|p| pid_alive(p.pid))
+    fn still_true(&self, memory_used: Option<u64>) -> bool {
+        self.rounds_left > 0 && memory_used.is_some() && self.memory_used == memory_used
     }
-}
-
-/// Whether `pid` exists (signal 0: no signal is sent; EPERM means it exists).
-fn pid_alive(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return false;
-    };
-    // SAFETY: signal 0 only checks for the process.
-    let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// Slow-changing fields (ECC counts, persistence mode, the power limit) are read once every this
@@ -238,6 +222,14 @@ impl GpuSource {
 
     pub fn device_count(&self) -> usize {
         self.devices.len()
+    }
+
+    /// Makes the next round read GPU `index`'s process lists from the driver: a process it
+    /// listed is gone.
+    pub fn relist(&mut self, index: u32) {
+        if let Some(c) = self.devices.iter_mut().find(|c| c.index == index) {
+            c.lists.rounds_left = 0;
+        }
     }
 
     /// How many times the process lists were read from the driver, and reused, since start.
@@ -535,10 +527,7 @@ fn read_device(nvml: &Nvml, cursor: &mut DeviceCursor, events: &EventCounters) -
     let handle = unsafe { device.handle() };
     let memory_used = rec.reading.memory_used_bytes;
     let lists = &mut cursor.lists;
-    let listed = cursor.compute[..lists.n_compute]
-        .iter()
-        .chain(&cursor.graphics[..lists.n_graphics]);
-    if lists.still_true(memory_used, listed) {
+    if lists.still_true(memory_used) {
         lists.rounds_left -= 1;
         lists.reused += 1;
     } else {
