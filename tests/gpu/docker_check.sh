@@ -23,6 +23,11 @@ python3 tests/gpu/util_recorder.py "$OUT/util.json" & REC=$!
 cmd() { echo "$2" > "$OUT/jobs/$1.cmd.tmp" && mv "$OUT/jobs/$1.cmd.tmp" "$OUT/jobs/$1.cmd"; }
 done_wait() { for _ in $(seq 120); do [ -f "$OUT/jobs/$1" ] && return; sleep 0.5; done; echo "no $1"; }
 ready() { for _ in $(seq 240); do [ -f "$OUT/jobs/$1.ready" ] && return; sleep 0.5; done; echo "$1 never ready"; }
+loader_container() { # name truth-file: loader_job.py in a container, its disk reads throttled
+  docker run -d --name "$1" --label com.docker.compose.service=loader -e PHASE_S="$PHASE_S" \
+    --device-read-bps "$DISK:20mb" -v "$OUT:/out" $GPU_RUN \
+    python3 tests/gpu/loader_job.py "/out/$2" /work/.loader-data
+}
 duty() { # name labels...
   local n=$1; shift
   docker run -d --name "gw-$n" "$@" -v "$OUT:/out" $GPU_RUN python3 tests/gpu/duty_job.py /out/jobs "$n" > "$OUT/$n.id"
@@ -105,9 +110,7 @@ if want loader; then
 echo "== loader: a DataLoader container, GPU-, I/O- then CPU-bound"
 . tests/gpu/loader_data.sh
 export PHASE_S=${PHASE_S:-24}
-docker run -d --name gw-loader --label com.docker.compose.service=loader -e PHASE_S="$PHASE_S" \
-  --device-read-bps "$DISK:20mb" -v "$OUT:/out" $GPU_RUN \
-  python3 tests/gpu/loader_job.py /out/truth.json /work/.loader-data > "$OUT/loader.id"
+loader_container gw-loader truth.json > "$OUT/loader.id"
 LID=$(cat "$OUT/loader.id")
 snap() {
   for _ in $(seq 200); do docker logs gw-loader 2>&1 | grep -q "phase $1 start" && break; sleep 1; done
@@ -124,9 +127,7 @@ if want adaptive; then
 echo "== adaptive: the DataLoader container under record, read tracing adaptive"
 . tests/gpu/loader_data.sh
 export PHASE_S=${PHASE_S:-30}
-docker run -d --name gw-adaptive --label com.docker.compose.service=loader -e PHASE_S="$PHASE_S" \
-  --device-read-bps "$DISK:20mb" -v "$OUT:/out" $GPU_RUN \
-  python3 tests/gpu/loader_job.py /out/adaptive_truth.json /work/.loader-data > "$OUT/adaptive.id"
+loader_container gw-adaptive adaptive_truth.json > "$OUT/adaptive.id"
 # A short linger, so the healthy GPU-bound phase lets the read programs go before the I/O one.
 printf 'sources:\n  read_tracing:\n    mode: adaptive\n    linger: %s\n' "${LINGER:-5s}" > "$OUT/adaptive.yaml"
 $BIN/gpuwatch record -c "$OUT/adaptive.yaml" --interval 1s --format jsonl -o "$OUT/adaptive.jsonl" 2> "$OUT/adaptive.err" &
