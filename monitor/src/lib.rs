@@ -14,6 +14,7 @@ pub mod config;
 pub mod events;
 pub mod health;
 pub mod kernel_btf;
+pub mod live_file;
 pub mod model;
 pub mod notify;
 pub mod output;

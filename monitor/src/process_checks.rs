@@ -1,5 +1,5 @@
 //! What the agent needs of a GPU process beyond its identity: its scheduler state and CPU time,
-//! from `/proc/<pid>/stat`, read into a stack buffer.
+//! from `/proc/<pid>/stat`, kept open between rounds ([`StatFiles`]).
 //!
 //! Read every round for the processes of GPUs several workloads share (their CPU time is
 //! evidence for splitting the GPU's busy time between them), and in rotation for the others: a
@@ -10,7 +10,7 @@
 //! does nothing. That finding holds in the rounds between checks, until the next check says
 //! otherwise, so a rule that needs it for a while sees it every round.
 use crate::attribution::{PidMap, PidSet};
-use std::io::Read;
+use crate::live_file::LiveFile;
 use std::path::{Path, PathBuf};
 
 /// Every process is checked at least once in this many rounds.
@@ -46,23 +46,62 @@ pub fn parse(stat: &[u8]) -> Option<ProcStat> {
     })
 }
 
-/// Reads `/proc/<pid>/stat` without allocating; `None` when the process is gone or the line
-/// does not parse.
+/// Reads `/proc/<pid>/stat` once, by path; `None` when the process is gone or the line does not
+/// parse. A sampler reads through [`StatFiles`], which keeps the files open.
 pub fn read(proc_root: &Path, pid: u32) -> Option<ProcStat> {
-    let mut path = PathBuf::from(proc_root);
-    path.push(pid.to_string());
-    path.push("stat");
-    let mut buf = [0u8; 1024];
-    let mut file = std::fs::File::open(&path).ok()?;
-    let mut n = 0;
-    while n < buf.len() {
-        match file.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(_) => return None,
+    StatFiles::new(proc_root).read(pid)
+}
+
+/// At most this many `stat` files are kept open (a process checked in rotation is read every
+/// [`ROTATION_ROUNDS`] rounds; the rest are opened when read).
+pub const MAX_KEPT: usize = 256;
+
+/// The `/proc/<pid>/stat` files of the processes being checked, kept open between rounds (see
+/// [`LiveFile`]: a reaped process's file answers an error and is opened again by path).
+pub struct StatFiles {
+    proc_root: PathBuf,
+    files: PidMap<LiveFile>,
+    buf: Vec<u8>,
+}
+
+impl StatFiles {
+    pub fn new(proc_root: impl Into<PathBuf>) -> Self {
+        Self {
+            proc_root: proc_root.into(),
+            files: PidMap::default(),
+            buf: Vec::with_capacity(1024),
         }
     }
-    parse(&buf[..n])
+
+    /// The process's state and times now; `None` when it is gone or the line does not parse.
+    pub fn read(&mut self, pid: u32) -> Option<ProcStat> {
+        if let Some(f) = self.files.get_mut(&pid) {
+            if f.read(&mut self.buf).is_ok() {
+                return parse(&self.buf);
+            }
+            self.files.remove(&pid);
+            return None;
+        }
+        let mut path = self.proc_root.clone();
+        path.push(pid.to_string());
+        path.push("stat");
+        let mut f = LiveFile::new(path);
+        f.read(&mut self.buf).ok()?;
+        if f.is_kept() && self.files.len() < MAX_KEPT {
+            self.files.insert(pid, f);
+        }
+        parse(&self.buf)
+    }
+
+    /// Closes the files of processes no longer checked.
+    pub fn retain(&mut self, live: &PidSet) {
+        self.files.retain(|pid, _| live.contains(pid));
+    }
+
+    /// How many files are held open.
+    pub fn kept(&self) -> usize {
+        self.files.len()
+    }
 }
 
 /// What a round learnt of one process.
@@ -85,7 +124,7 @@ struct Last {
 }
 
 pub struct ProcessChecks {
-    proc_root: PathBuf,
+    files: StatFiles,
     last: PidMap<Last>,
     round: u64,
     /// Where the rotation resumes in the next round's list of processes.
@@ -100,13 +139,19 @@ impl ProcessChecks {
         // SAFETY: no preconditions.
         let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
         Self {
-            proc_root: proc_root.into(),
+            files: StatFiles::new(proc_root),
             last: PidMap::default(),
             round: 0,
             cursor: 0,
             ticks_per_second: if ticks > 0 { ticks as f64 } else { 100.0 },
             reads: 0,
         }
+    }
+
+    /// One process's `stat` now, through the files the checks keep open (for a process the
+    /// round checks too, no second open).
+    pub fn stat(&mut self, pid: u32) -> Option<ProcStat> {
+        self.files.read(pid)
     }
 
     /// Checks this round's processes: each of `every_round`, and a rotating slice of `others`.
@@ -132,7 +177,7 @@ impl ProcessChecks {
                 continue;
             }
             self.reads += 1;
-            let Some(stat) = read(&self.proc_root, pid) else {
+            let Some(stat) = self.files.read(pid) else {
                 self.last.remove(&pid);
                 continue;
             };
@@ -162,6 +207,7 @@ impl ProcessChecks {
         }
         let live: PidSet = every_round.iter().chain(others).copied().collect();
         self.last.retain(|pid, _| live.contains(pid));
+        self.files.retain(&live);
         // Not checked this round: a stuck finding stands until the next check.
         for pid in others {
             if let Some(l) = self.last.get(pid).filter(|l| l.stuck) {
@@ -206,6 +252,38 @@ mod tests {
         assert!(parse(b"garbage").is_none());
         let me = read(Path::new("/proc"), std::process::id()).unwrap();
         assert!(me.start_time > 0 && me.state.is_ascii_uppercase(), "{me:?}");
+    }
+
+    #[test]
+    fn real_stat_files_stay_open_while_checked_and_close_after() {
+        let mut a = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let mut b = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let (pa, pb) = (a.id(), b.id());
+        let mut c = ProcessChecks::new("/proc");
+        let o = c.observe(&[pa, pb], &[]);
+        assert!(
+            o[&pa].state.is_some_and(|s| s.is_ascii_uppercase()),
+            "{o:?}"
+        );
+        assert_eq!(c.files.kept(), 2);
+        assert!(c.stat(pb).is_some(), "read through the kept file");
+        // Reaped between rounds: its kept file fails, and the process reads as gone.
+        b.kill().unwrap();
+        b.wait().unwrap();
+        let o = c.observe(&[pa, pb], &[]);
+        assert!(o.contains_key(&pa) && !o.contains_key(&pb), "{o:?}");
+        assert_eq!(c.files.kept(), 1);
+        // No longer on a GPU: its file is closed.
+        c.observe(&[], &[]);
+        assert_eq!(c.files.kept(), 0);
+        a.kill().unwrap();
+        a.wait().unwrap();
     }
 
     #[test]

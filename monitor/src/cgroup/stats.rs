@@ -1,5 +1,6 @@
 //! A workload's CPU and memory counters from its cgroup files (v1 and v2).
 use super::{layout::CgroupLayout, membership::CgroupMembership};
+use crate::live_file::LiveFile;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -49,24 +50,26 @@ pub struct CgroupStatsPaths {
 /// Where the CPU quota and its throttling counters are.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum QuotaSource {
-    /// v1 cpu controller: `cpu.cfs_quota_us`, `cpu.cfs_period_us`, `cpu.stat` (throttled_time, ns).
-    V1(PathBuf),
+    /// v1 cpu controller: `cpu.cfs_quota_us`, `cpu.cfs_period_us`, `cpu.stat` (throttled_time,
+    /// ns; read every round, so kept open).
+    V1 { dir: PathBuf, stat: LiveFile },
     /// v2: `cpu.max` ("max 100000" or "50000 100000"), `cpu.stat` (throttled_usec).
     V2(PathBuf),
 }
 
+/// The files read every round are kept open ([`LiveFile`]); the rest are opened when read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum CpuSource {
     /// v1 `cpuacct.usage`, nanoseconds.
-    V1(PathBuf),
+    V1(LiveFile),
     /// v2 `cpu.stat`, `usage_usec` line.
-    V2(PathBuf),
+    V2(LiveFile),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum MemorySource {
-    V1 { usage: PathBuf, limit: PathBuf },
-    V2 { current: PathBuf, max: PathBuf },
+    V1 { usage: LiveFile, limit: PathBuf },
+    V2 { current: LiveFile, max: PathBuf },
 }
 
 /// The limits change only when an operator changes them (`docker update`), so they are read
@@ -93,12 +96,12 @@ impl CgroupStatsPaths {
                     .ok_or(StatsError::NoController {
                         controller: "cpuacct",
                     })?;
-            CpuSource::V1(dir.join("cpuacct.usage"))
+            CpuSource::V1(LiveFile::new(dir.join("cpuacct.usage")))
         } else {
             let dir = membership
                 .unified_dir(layout)
                 .ok_or(StatsError::NoController { controller: "cpu" })?;
-            CpuSource::V2(dir.join("cpu.stat"))
+            CpuSource::V2(LiveFile::new(dir.join("cpu.stat")))
         };
         let memory = if layout.v1_mount("memory").is_some() {
             let dir =
@@ -108,7 +111,7 @@ impl CgroupStatsPaths {
                         controller: "memory",
                     })?;
             MemorySource::V1 {
-                usage: dir.join("memory.usage_in_bytes"),
+                usage: LiveFile::new(dir.join("memory.usage_in_bytes")),
                 limit: dir.join("memory.limit_in_bytes"),
             }
         } else {
@@ -118,14 +121,17 @@ impl CgroupStatsPaths {
                     controller: "memory",
                 })?;
             MemorySource::V2 {
-                current: dir.join("memory.current"),
+                current: LiveFile::new(dir.join("memory.current")),
                 max: dir.join("memory.max"),
             }
         };
         let quota = if layout.v1_mount("cpu").is_some() {
             membership
                 .controller_dir(layout, "cpu")
-                .map(QuotaSource::V1)
+                .map(|dir| QuotaSource::V1 {
+                    stat: LiveFile::new(dir.join("cpu.stat")),
+                    dir,
+                })
         } else {
             membership.unified_dir(layout).map(QuotaSource::V2)
         };
@@ -133,7 +139,7 @@ impl CgroupStatsPaths {
     }
 
     /// Reads the counters now, and the limits when `limits` says they are due.
-    pub fn read(&self, limits: &mut LimitsCache) -> Result<CgroupUsage, StatsError> {
+    pub fn read(&mut self, limits: &mut LimitsCache) -> Result<CgroupUsage, StatsError> {
         let fresh = limits.rounds_left == 0;
         if fresh {
             limits.memory_limit_bytes = self.memory_limit()?;
@@ -144,10 +150,11 @@ impl CgroupStatsPaths {
         let memory_limit_bytes = limits.memory_limit_bytes;
         // v2 keeps usage and throttling in one file: read it once.
         let mut v2_cpu_stat: Option<String> = None;
-        let cpu_usage_seconds_total = match &self.cpu {
-            CpuSource::V1(p) => read_u64(p, "cpuacct.usage")? as f64 / 1e9,
-            CpuSource::V2(p) => {
-                let text = read(p)?;
+        let cpu_usage_seconds_total = match &mut self.cpu {
+            CpuSource::V1(f) => read_live_u64(f, "cpuacct.usage")? as f64 / 1e9,
+            CpuSource::V2(f) => {
+                let text = read_live(f)?;
+                let p = f.path();
                 let usec = text
                     .lines()
                     .find_map(|l| l.strip_prefix("usage_usec "))
@@ -157,24 +164,26 @@ impl CgroupStatsPaths {
                 seconds
             }
         };
-        let memory_bytes = match &self.memory {
-            MemorySource::V1 { usage, .. } => read_u64(usage, "memory.usage_in_bytes")?,
-            MemorySource::V2 { current, .. } => read_u64(current, "memory.current")?,
+        let memory_bytes = match &mut self.memory {
+            MemorySource::V1 { usage, .. } => read_live_u64(usage, "memory.usage_in_bytes")?,
+            MemorySource::V2 { current, .. } => read_live_u64(current, "memory.current")?,
         };
         let page_cache_bytes = memory_limit_bytes.and_then(|_| match &self.memory {
             MemorySource::V1 { usage, .. } => {
-                stat_field(&usage.with_file_name("memory.stat"), "total_cache")
+                stat_field(&usage.path().with_file_name("memory.stat"), "total_cache")
             }
             MemorySource::V2 { current, .. } => {
-                stat_field(&current.with_file_name("memory.stat"), "file")
+                stat_field(&current.path().with_file_name("memory.stat"), "file")
             }
         });
         // The quota files exist only with the cpu controller enabled: absent means unknown.
-        let throttled_seconds_total = match &self.quota {
+        let throttled_seconds_total = match &mut self.quota {
             None => None,
-            Some(QuotaSource::V1(dir)) => {
-                stat_field(&dir.join("cpu.stat"), "throttled_time").map(|ns| ns as f64 / 1e9)
-            }
+            Some(QuotaSource::V1 { stat, .. }) => stat
+                .read_string()
+                .ok()
+                .and_then(|t| stat_value(&t, "throttled_time"))
+                .map(|ns| ns as f64 / 1e9),
             Some(QuotaSource::V2(dir)) => {
                 let text =
                     v2_cpu_stat.or_else(|| std::fs::read_to_string(dir.join("cpu.stat")).ok());
@@ -211,7 +220,7 @@ impl CgroupStatsPaths {
     /// The CPU quota in cores, `None` when unlimited or unknown.
     fn cpu_limit(&self) -> Option<f64> {
         match self.quota.as_ref()? {
-            QuotaSource::V1(dir) => {
+            QuotaSource::V1 { dir, .. } => {
                 let quota = std::fs::read_to_string(dir.join("cpu.cfs_quota_us")).ok()?;
                 let period = std::fs::read_to_string(dir.join("cpu.cfs_period_us")).ok()?;
                 let (q, p) = (
@@ -250,6 +259,18 @@ fn read(path: &Path) -> Result<String, StatsError> {
 
 fn read_u64(path: &Path, field: &'static str) -> Result<u64, StatsError> {
     parse_u64(path, field, &read(path)?)
+}
+
+fn read_live(f: &mut LiveFile) -> Result<String, StatsError> {
+    f.read_string().map_err(|source| StatsError::Read {
+        path: f.path().to_owned(),
+        source,
+    })
+}
+
+fn read_live_u64(f: &mut LiveFile, field: &'static str) -> Result<u64, StatsError> {
+    let text = read_live(f)?;
+    parse_u64(f.path(), field, &text)
 }
 
 fn parse_u64(path: &Path, field: &'static str, text: &str) -> Result<u64, StatsError> {
@@ -296,7 +317,7 @@ mod tests {
         )
         .unwrap();
         let m = CgroupMembership::parse("0::/job\n");
-        let paths = CgroupStatsPaths::resolve(&layout_v2(root.path()), &m).unwrap();
+        let mut paths = CgroupStatsPaths::resolve(&layout_v2(root.path()), &m).unwrap();
         let u = paths.read(&mut LimitsCache::default()).unwrap();
         assert_eq!(u.cpu_usage_seconds_total, 2.5);
         assert_eq!(u.memory_bytes, 1 << 20);
@@ -324,7 +345,7 @@ mod tests {
         std::fs::write(dir.join("memory.max"), "max\n").unwrap();
         std::fs::write(dir.join("cpu.max"), "max 100000\n").unwrap();
         let m = CgroupMembership::parse("0::/job\n");
-        let paths = CgroupStatsPaths::resolve(&layout_v2(root.path()), &m).unwrap();
+        let mut paths = CgroupStatsPaths::resolve(&layout_v2(root.path()), &m).unwrap();
         let mut cache = LimitsCache::default();
         let first = paths.read(&mut cache).unwrap();
         assert_eq!(
@@ -369,7 +390,7 @@ mod tests {
             r = root.path().display()
         ));
         let m = CgroupMembership::parse("3:cpuacct:/docker/x\n2:memory:/docker/x\n");
-        let paths = CgroupStatsPaths::resolve(&layout, &m).unwrap();
+        let mut paths = CgroupStatsPaths::resolve(&layout, &m).unwrap();
         let u = paths.read(&mut LimitsCache::default()).unwrap();
         assert_eq!(u.cpu_usage_seconds_total, 3.0);
         assert_eq!(u.memory_bytes, 4096);

@@ -323,6 +323,7 @@ impl Sampler {
                 }
             }
         }
+        self.add_ended(&mut workloads);
         self.stalls.step_io(now_us / 1000, &self.events);
         let probe_ok = self.read_counters(&mut workloads, window, &gpu_pids);
         self.read_container_configs(&mut workloads, &gpus, window);
@@ -547,6 +548,13 @@ impl Sampler {
                     .or_insert_with(|| new_workload(id, None));
             }
         }
+        workloads
+    }
+
+    /// The previous round's workloads that are not in this one and whose cgroup is gone, marked
+    /// as exited with their partial window. After the GPU holders are added: a workload still
+    /// here costs no look at its cgroup directory.
+    fn add_ended(&mut self, workloads: &mut BTreeMap<WorkloadId, Workload>) {
         let ended: Vec<WorkloadId> = self
             .last_workloads
             .keys()
@@ -568,7 +576,6 @@ impl Sampler {
                 workloads.insert(id, w);
             }
         }
-        workloads
     }
 
     /// Cgroup CPU and memory, and what the probes saw, per workload. Returns whether the probe
@@ -598,7 +605,7 @@ impl Sampler {
             w.cgroup_path = Some(cg.path.clone());
             // An exited workload's cgroup is gone: it keeps the values last read.
             if !w.exited {
-                match &cg.stats {
+                match &mut cg.stats {
                     Ok(paths) => match paths.read(&mut cg.limits) {
                         Ok(u) => {
                             let rate = |n: Option<f64>, b: Option<f64>| match (n, b, window) {
@@ -638,7 +645,7 @@ impl Sampler {
             if let (Some(cgroup_id), true) = (cg.cgroup_id, probe_ok) {
                 w.stalls =
                     self.stalls
-                        .window(cgroup_id, gpu_pids, window, &self.proc_root, &self.events);
+                        .window(cgroup_id, gpu_pids, window, &mut self.checks, &self.events);
             }
             self.previous.insert(id.clone(), now);
         }

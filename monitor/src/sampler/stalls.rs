@@ -7,6 +7,7 @@ use crate::model::{
     IoSummary, IoTracing, IoTracingState, ProbeHealth, ProcessRole, ProcessStall, SourceState,
     StallWindow, ThreadTimes,
 };
+use crate::process_checks::ProcessChecks;
 use crate::sources::stall_probe::{Accumulate, ProbeTotals, StallProbe};
 use monitor_common::{probe_stat, task_thread, IoStats, TaskKey, TaskTimes, LATENCY_BUCKETS};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -167,12 +168,17 @@ impl Stalls {
         let (Ok(probe), Some(previous)) = (self.probe.as_mut(), self.previous.as_ref()) else {
             return;
         };
+        // A process's main thread and its other threads are two keys: one look per process.
+        let mut exited: HashMap<u32, bool> = HashMap::new();
         let gone: Vec<TaskKey> = self
             .totals
             .times
             .iter()
             .filter(|(k, now)| {
-                previous.times.get(k) == Some(now) && !proc_root.join(k.tgid.to_string()).exists()
+                previous.times.get(k) == Some(now)
+                    && *exited
+                        .entry(k.tgid)
+                        .or_insert_with(|| !proc_root.join(k.tgid.to_string()).exists())
             })
             .map(|(k, _)| *k)
             .collect();
@@ -202,7 +208,7 @@ impl Stalls {
         cgroup_id: u64,
         gpu_pids: &crate::attribution::PidSet,
         window_seconds: Option<f64>,
-        proc_root: &Path,
+        checks: &mut ProcessChecks,
         events: &EventCounters,
     ) -> Option<StallWindow> {
         let mut w = self.charged_window(cgroup_id, gpu_pids, events)?;
@@ -219,7 +225,7 @@ impl Stalls {
                     }
                 }
                 (None, Some(window)) => {
-                    let Some(state) = crate::process_checks::read(proc_root, p.pid) else {
+                    let Some(state) = checks.stat(p.pid) else {
                         continue;
                     };
                     let mut m = ThreadTimes::default();
@@ -434,6 +440,7 @@ mod tests {
     #[test]
     fn a_main_thread_asleep_through_windows_waits_in_each_and_is_not_counted_twice() {
         let root = tempfile::tempdir().unwrap();
+        let mut checks = ProcessChecks::new(root.path());
         let mut s = Stalls::load(false, IoTracingConfig::default());
         let events = EventCounters::default();
         let gpu: PidSet = [42].into_iter().collect();
@@ -446,7 +453,7 @@ mod tests {
         for k in 1..=2u64 {
             // Its main thread's counters have not moved: nothing of it in the window.
             s.totals = totals(times(S / 10 + k * S / 10, 0), Some(times(S / 10, 0)));
-            let w = s.window(CG, &gpu, Some(1.0), root.path(), &events).unwrap();
+            let w = s.window(CG, &gpu, Some(1.0), &mut checks, &events).unwrap();
             let m = w.processes[0].main_thread.unwrap();
             waits.push(m.sleep_seconds);
             s.end_round(root.path());
@@ -454,7 +461,7 @@ mod tests {
         assert_eq!(waits, [1.0, 1.0], "asleep through each window");
         // Round 3: it wakes after 2.5 s asleep and runs 0.2 s; the kernel charges all 2.5 s now.
         s.totals = totals(times(S, 0), Some(times(S / 10 + S / 5, 5 * S / 2)));
-        let w = s.window(CG, &gpu, Some(1.0), root.path(), &events).unwrap();
+        let w = s.window(CG, &gpu, Some(1.0), &mut checks, &events).unwrap();
         let m = w.processes[0].main_thread.unwrap();
         assert!((m.sleep_seconds - 0.5).abs() < 1e-9, "{m:?}");
         assert!((m.on_cpu_seconds - 0.2).abs() < 1e-9, "{m:?}");
@@ -462,7 +469,7 @@ mod tests {
         s.end_round(root.path());
         proc_state(root.path(), 'R');
         s.totals = totals(times(2 * S, 0), Some(times(S / 10 + S / 5, 5 * S / 2)));
-        let w = s.window(CG, &gpu, Some(1.0), root.path(), &events).unwrap();
+        let w = s.window(CG, &gpu, Some(1.0), &mut checks, &events).unwrap();
         assert_eq!(w.processes[0].main_thread.unwrap().on_cpu_seconds, 1.0);
     }
 }
