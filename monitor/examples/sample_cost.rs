@@ -1,7 +1,8 @@
 //! CPU time per sampling round, on a real host: `sample_cost [--rounds N] [--interval-ms MS]
 //! [--nvml-lib PATH] [--docker] [--no-ebpf]`.
 //!
-//! Runs N rounds of the GPU source's per-round reading alone, then N full rounds (GPU +
+//! Runs N rounds of the GPU source's per-round reading alone, up to 8 series fetches alone (every
+//! 2 s), then N full rounds (GPU +
 //! attribution + cgroup files + probe map, and the series fetch every `series_interval`), at
 //! the given interval, and prints a table of the sampling thread's CPU time per round: the mean
 //! is the amortised cost, p99 a fetching round's. Built in release and carried to the GPU
@@ -92,6 +93,14 @@ fn main() -> anyhow::Result<()> {
     let mut gpu_only = measure(rounds, interval, || {
         procs = gpu.collect().iter().map(|d| d.processes.len()).sum()
     });
+    // The series fetch alone (GetSamples and GPM per GPU), every 2 s: its cost is the same
+    // whatever the number of samples it returns.
+    let mut fetch = measure(rounds.min(8), Duration::from_secs(2), || {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        gpu.fetch(now_ms, &[]);
+    });
     let devices = gpu.device_count();
     drop(gpu);
 
@@ -118,6 +127,7 @@ fn main() -> anyhow::Result<()> {
         "phase", "rounds", "cpu ms", "cpu p50", "cpu p99", "wall ms"
     );
     println!("{}", gpu_only.row("NVML queries only"));
+    println!("{}", fetch.row("series fetch (+GPM)"));
     println!("{}", full.row("full round (+attribution)"));
     Ok(())
 }

@@ -24,7 +24,7 @@ for _ in $(seq 90); do
 done
 sleep 3
 echo "== per call, under load"; $BIN/sample_cost --per-call --rounds 20 --interval-ms 250 2>&1 | tee "$OUT/per_call.txt"
-echo "== rounds, under load"; $BIN/sample_cost --rounds 12 2>&1 | tee "$OUT/rounds.txt"
+echo "== rounds, under load"; $BIN/sample_cost --rounds 20 2>&1 | tee "$OUT/rounds.txt"
 echo "== peak RSS, snapshot"
 $BIN/gpuwatch snapshot --no-docker --json > "$OUT/snapshot.json" 2> "$OUT/snapshot.err" &
 SNAP=$!
