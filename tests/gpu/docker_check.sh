@@ -8,7 +8,10 @@
 #   loader - a DataLoader container, GPU-, I/O- then CPU-bound: verdicts and input-bound shares;
 #   shm    - two DataLoader containers, Docker's default /dev/shm and --shm-size 8m: `doctor`;
 #   adaptive - the DataLoader container under `record` with read tracing adaptive (the default):
-#            verdicts and shares per phase, and when the read evidence came on.
+#            verdicts and shares per phase, and when the read evidence came on;
+#   agent  - gpuwatch itself in a container, with the README's run line (Docker 20.10 takes
+#            SYS_ADMIN for BPF and PERFMON) and the host's NVML library and device nodes, beside
+#            a GPU container it must name.
 # STAGES picks some (default all); PER_MM gives the GPU time of one matmul when the lone stage,
 # which measures it, is left out. Evidence goes to $OUT.
 set -uo pipefail
@@ -172,5 +175,39 @@ def walk(x):
 walk(d)
 PY
 docker rm -f gw-shm-default gw-shm-small > /dev/null
+fi
+if want agent; then
+echo "== agent: gpuwatch in a container, beside a GPU container"
+duty job --label com.docker.compose.project=vision --label com.docker.compose.service=trainer
+ready job
+cmd job "matmul 1.0 20 agent"
+# The image: the same binary on an empty tree, glibc and NVML from the host read-only (no
+# registry here for deploy/Dockerfile's Debian base).
+A=/tmp/gpuwatch-agent-root; mkdir -p "$A/usr/bin" "$A/proc" "$A/sys" "$A/dev" "$A/tmp" "$A/etc"
+cp .device/gpuwatch "$A/usr/bin/gpuwatch"
+tar -C "$A" -c . | docker import -c 'ENTRYPOINT ["/usr/bin/gpuwatch"]' - gpuwatch-agent:test >/dev/null
+NV=""; for n in /dev/nvidia0 /dev/nvidiactl; do [ -e "$n" ] && NV="$NV --device $n"; done
+sleep 3
+docker run --rm --name gw-agent --pid=host --cgroupns=host --network none \
+  --cap-drop ALL --cap-add SYS_ADMIN --read-only \
+  -v /sys:/sys:ro -v /var/run/docker.sock:/var/run/docker.sock:ro \
+  -v /lib:/lib:ro -v /lib64:/lib64:ro -v /usr/lib:/usr/lib:ro -v /usr/local/nvidia:/usr/local/nvidia:ro \
+  -e LD_LIBRARY_PATH=/usr/local/nvidia/lib64 $NV \
+  gpuwatch-agent:test snapshot --json --window 3s > "$OUT/agent_snap.json" 2> "$OUT/agent.err"
+echo "agent container exit $?"; tail -5 "$OUT/agent.err"
+python3 - "$OUT/agent_snap.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+print("sources:", {k: v.get("up") for k, v in s["sources"].items()})
+for g in s["gpus"]:
+    print(f"GPU {g['index']}: busy {g.get('busy')}, processes {[(p.get('pid'), p.get('workload')) for p in g['processes']]}")
+for w in s["workloads"]:
+    c = w.get("container") or {}
+    v = w.get("verdict") or {}
+    print(f"{w['kind']} {w['name']}: image {c.get('image')}, service {c.get('compose_service')}, "
+          f"busy {w['gpu'].get('busy_fraction')}, verdict {v.get('kind')}")
+PY
+done_wait job.agent.json
+docker rm -f gw-job > /dev/null 2>&1
 fi
 kill $REC
