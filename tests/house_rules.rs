@@ -98,6 +98,7 @@ fn the_sampler_assembles_facts_and_judges_nothing() {
             "cgroup",
             "process_checks",
             "busy_split",
+            "heartbeat",
         ],
     );
 }

@@ -38,6 +38,7 @@ internal_events! {
     NotificationFailed => "notification_failed", warn;
     NotificationDropped => "notification_dropped", warn;
     NotificationRateLimited => "notification_rate_limited", warn;
+    SourceHung => "source_hung", error;
 }
 
 /// Counters of [`InternalEvent`]s, shared by all sources.

@@ -13,6 +13,7 @@ pub mod cgroup;
 pub mod config;
 pub mod events;
 pub mod health;
+pub mod heartbeat;
 pub mod kernel_btf;
 pub mod live_file;
 pub mod model;

@@ -166,3 +166,62 @@ fn without_bpf_capabilities_stall_tracing_is_off_and_says_why() {
         "{v:#}"
     );
 }
+
+/// `record` with NVML's series call hung: SIGTERM ends it within seconds, naming the step,
+/// instead of waiting on the driver forever.
+#[test]
+fn a_hung_nvml_call_does_not_hold_record_past_a_stop() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    std::fs::write(
+        &scenario,
+        json!({"delays_ms": {"nvmlDeviceGetSamples": 3_600_000}, "devices": [{"uuid": "GPU-hung"}]})
+            .to_string(),
+    )
+    .unwrap();
+    let log = dir.path().join("stderr.log");
+    let out = dir.path().join("gpu_log.csv");
+    let mut child = gpuwatch_on(&scenario)
+        .args([
+            "record",
+            "--interval",
+            "1s",
+            "--no-docker",
+            "--no-ebpf",
+            "-o",
+        ])
+        .arg(&out)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "record ended by itself"
+    );
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let asked = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if asked.elapsed() > std::time::Duration::from_secs(15) {
+            let _ = child.kill();
+            panic!("still running 15 s after SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let took = asked.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(6),
+        "exit took {took:?}"
+    );
+    assert_eq!(status.code(), Some(3), "{status}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("stopping without") && text.contains("utilisation series"),
+        "{text}"
+    );
+}

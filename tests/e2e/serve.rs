@@ -563,3 +563,81 @@ fn a_password_guesser_is_answered_429_after_ten_failures() {
         "the verified password still gets in"
     );
 }
+
+/// NVML's series call hangs (a wedged driver): the agent says which step has not returned,
+/// `/-/healthy` and `/-/ready` turn false, and SIGTERM still ends it within seconds.
+#[test]
+fn a_hung_nvml_call_turns_health_false_and_does_not_block_shutdown() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    std::fs::write(
+        &scenario,
+        json!({
+            "delays_ms": {"nvmlDeviceGetSamples": 3_600_000},
+            "devices": [{"uuid": "GPU-hung"}]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let log = dir.path().join("stderr.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        .args(["serve", "--web.listen-address", "127.0.0.1:0"])
+        .args(["--interval", "500ms", "--no-docker", "--no-ebpf"])
+        .env("GPUWATCH_NVML_LIB", fake_nvml_lib())
+        .env("FAKE_NVML_SCENARIO", &scenario)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let addr = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if let Some(a) = text
+            .lines()
+            .find_map(|l| l.rsplit_once("listening on ").map(|(_, a)| a.to_owned()))
+        {
+            break a;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{text}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(get(&format!("{addr}/-/healthy")).0, 200, "healthy at first");
+    // The first round fetches the series at once and hangs there; the limit is 10 s.
+    let (status, body) = loop {
+        let (status, body) = get(&format!("{addr}/-/healthy"));
+        if status != 200 || started.elapsed() > Duration::from_secs(30) {
+            break (status, body);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("utilisation series") && body.contains("running for"),
+        "{body}"
+    );
+    let (ready, _) = get(&format!("{addr}/-/ready"));
+    assert_eq!(ready, 503);
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let asked = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if asked.elapsed() > Duration::from_secs(15) {
+            let _ = child.kill();
+            panic!("still running 15 s after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let took = asked.elapsed();
+    assert!(took < Duration::from_secs(6), "exit took {took:?}");
+    assert_eq!(status.code(), Some(3), "{status}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        text.matches("source_hung").count(),
+        1,
+        "one event per hang: {text}"
+    );
+    assert!(text.contains("stopping without"), "{text}");
+}

@@ -55,6 +55,8 @@ pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
         // Rounds are published when the GPU series covers them: one can be a series interval
         // late, and the next comes a series interval after it.
         stale_after: interval * 3 + config.sources.nvml_series_interval * 2,
+        heartbeat: std::sync::OnceLock::new(),
+        stall_limit: gpuwatch::heartbeat::stall_limit(interval),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -77,11 +79,17 @@ pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
     let scheme = if tls.is_some() { "https" } else { "http" };
     eprintln!("gpuwatch serve: listening on {scheme}://{bound}");
     let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
-    runtime.spawn(gpuwatch::serve::run(listener, tls, site, shutdown_rx));
+    runtime.spawn(gpuwatch::serve::run(
+        listener,
+        tls,
+        site.clone(),
+        shutdown_rx,
+    ));
 
     let stop = stop_on_signals()?;
     let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
         .context("starting the agent")?;
+    let _ = site.heartbeat.set(agent.sampler.heartbeat());
     let mut xid_totals: BTreeMap<u32, u64> = BTreeMap::new();
     let result = gpuwatch::runtime::daemon::run_rounds(
         &mut agent,

@@ -78,15 +78,21 @@ impl Agent {
 impl Agent {
     /// One sampling round: the rounds it completed (see [`Sampler::round`]), judged.
     pub fn round(&mut self) -> Vec<Snapshot> {
+        let heartbeat = self.sampler.heartbeat();
+        heartbeat.round_begins();
         let mut snaps = self.sampler.round();
         self.judge(&mut snaps);
+        heartbeat.round_ends();
         snaps
     }
 
     /// The rounds still held for the GPU series, completed with what it has, judged.
     pub fn flush(&mut self) -> Vec<Snapshot> {
+        let heartbeat = self.sampler.heartbeat();
+        heartbeat.round_begins();
         let mut snaps = self.sampler.flush();
         self.judge(&mut snaps);
+        heartbeat.round_ends();
         snaps
     }
 

@@ -15,6 +15,7 @@ mod stalls;
 use crate::attribution::{read_process, AttributionError, PidMap, PidSet, ProcessTable};
 use crate::cgroup::{CgroupLayout, CgroupMembership};
 use crate::events::{EventCounters, InternalEvent};
+use crate::heartbeat::{Heartbeat, Step};
 use crate::model::{ContainerInfo, DeviceReading, WorkloadId, WorkloadKind};
 use crate::model::{
     CpuUsage, Gpu, GpuProcess, HostInfo, MemoryUsage, Snapshot, SourceState, Sources, Workload,
@@ -106,6 +107,8 @@ pub struct Sampler {
     series_interval: Duration,
     last_fetch: Option<Instant>,
     events: Arc<EventCounters>,
+    /// Which step a round is in, for the watchdog on another thread.
+    heartbeat: Arc<Heartbeat>,
 }
 
 fn now_unix_us() -> u64 {
@@ -172,7 +175,13 @@ impl Sampler {
             series_interval: config.series_interval,
             last_fetch: None,
             events,
+            heartbeat: Arc::default(),
         }
+    }
+
+    /// The marks of the round in progress, for a watchdog: which step, since when.
+    pub fn heartbeat(&self) -> Arc<Heartbeat> {
+        self.heartbeat.clone()
     }
 
     /// Takes a round. Returns the rounds now complete, oldest first: usually none between
@@ -215,6 +224,7 @@ impl Sampler {
     /// Fetches the GPU series, GPM and, for GPUs several workloads hold in a pending round, the
     /// driver's per-process split.
     fn fetch(&mut self) {
+        self.heartbeat.enter(Step::NvmlSeries);
         self.last_fetch = Some(Instant::now());
         let Ok(g) = &mut self.gpu else { return };
         let mut shared: Vec<u32> = Vec::new();
@@ -237,6 +247,7 @@ impl Sampler {
     /// or any held longer than twice the series interval (a GPU whose series stalls must not
     /// hold the others back: those rounds say what their series covered).
     fn complete(&mut self, force: bool) -> Vec<Snapshot> {
+        self.heartbeat.enter(Step::Publishing);
         let hold = self.series_interval * 2 + Duration::from_secs(5);
         let mut out = Vec::new();
         while let Some(front) = self.pending.front() {
@@ -287,10 +298,12 @@ impl Sampler {
         let window_us = self.previous_at.map(|(_, a)| (a, now_us));
 
         let nvml_started = Instant::now();
+        self.heartbeat.enter(Step::NvmlReadings);
         let (readings, nvml_query_seconds) = match &mut self.gpu {
             Ok(g) => (g.collect(), Some(nvml_started.elapsed().as_secs_f64())),
             Err(_) => (Vec::new(), None),
         };
+        self.heartbeat.enter(Step::HostReadings);
         let mut gpus = self.attribute(readings);
         // A listed process found gone: the next round asks the driver for the lists again.
         if let Ok(g) = &mut self.gpu {

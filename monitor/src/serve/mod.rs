@@ -10,7 +10,7 @@
 //! | `/api/v1/gpus` | the GPUs of the last snapshot (JSON) |
 //! | `/api/v1/alerts` | pending and firing alerts (JSON) |
 //! | `/api/v1/snapshot` | the whole last snapshot (JSON, `docs/snapshot-schema.md`) |
-//! | `/-/healthy` | `200 OK` while the agent runs |
+//! | `/-/healthy` | `200 OK` while the agent runs; `503` naming the step while a sampling round has hung (a source that does not answer) |
 //!
 //! Slow or silent clients cannot hold the agent: headers must arrive within
 //! [`HEADER_READ_TIMEOUT`], TLS handshakes within [`TLS_HANDSHAKE_TIMEOUT`], and connections past
@@ -18,6 +18,7 @@
 mod login_gate;
 pub mod web_config;
 
+use crate::heartbeat::Heartbeat;
 use crate::output::prometheus::{self, Exported};
 use bytes::Bytes;
 use http_body_util::Full;
@@ -45,6 +46,17 @@ pub struct Site {
     /// `/-/ready` turns false when the last published round is older than this (three
     /// intervals, plus twice the series interval rounds are held for).
     pub stale_after: Duration,
+    /// The sampling thread's marks, once the agent has started: `/-/healthy` and `/-/ready`
+    /// turn false while a round has run longer than `stall_limit` (a source that hangs).
+    pub heartbeat: std::sync::OnceLock<Arc<Heartbeat>>,
+    pub stall_limit: Duration,
+}
+
+impl Site {
+    /// The round in progress, when it has run past the limit.
+    fn stalled(&self) -> Option<crate::heartbeat::Stall> {
+        self.heartbeat.get()?.stalled(self.stall_limit)
+    }
 }
 
 /// How long a client may take to send a request's headers, or to send the next request on a
@@ -249,6 +261,14 @@ fn route(site: &Site, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     let current = site.published.read().ok().and_then(|p| p.clone());
     let path = req.uri().path();
     match path {
+        "/-/healthy" | "/-/ready" if site.stalled().is_some() => {
+            let stall = site.stalled().map(|s| s.to_string()).unwrap_or_default();
+            return respond(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                format!("unhealthy: {stall}\n"),
+            );
+        }
         "/-/healthy" => return respond(StatusCode::OK, "text/plain", "OK\n"),
         "/-/ready" => return ready(current.as_deref(), site.stale_after),
         _ => {}

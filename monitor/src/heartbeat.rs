@@ -1,0 +1,176 @@
+//! Whether the sampling thread is making progress, for a watchdog on another thread.
+//!
+//! A source can hang: an NVML call that never returns (a wedged driver), a read of
+//! `/proc/<pid>/…` behind a process stuck in the kernel. The sampling thread cannot notice
+//! that itself. It marks when each round starts and ends, and which step it is in; the
+//! watchdog and the HTTP health check read the marks and say which step has not returned, for
+//! how long. Marking costs two atomic stores; nothing here blocks.
+use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+/// The step a round is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Step {
+    /// Between rounds.
+    Idle = 0,
+    /// The round's own NVML calls.
+    NvmlReadings = 1,
+    /// The series fetch: NVML's utilisation series, GPM and the per-process split.
+    NvmlSeries = 2,
+    /// `/proc`, cgroup files and the probes' maps.
+    HostReadings = 3,
+    /// Completing and judging the rounds the series covers.
+    Publishing = 4,
+}
+
+impl Step {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            1 => Step::NvmlReadings,
+            2 => Step::NvmlSeries,
+            3 => Step::HostReadings,
+            4 => Step::Publishing,
+            _ => Step::Idle,
+        }
+    }
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Step::Idle => "idle",
+            Step::NvmlReadings => "the GPU readings (NVML)",
+            Step::NvmlSeries => "the GPU utilisation series and GPM (NVML)",
+            Step::HostReadings => "the /proc, cgroup and probe readings",
+            Step::Publishing => "publishing the rounds",
+        })
+    }
+}
+
+/// The sampling thread's marks. Times are milliseconds since the heartbeat was made, on the
+/// monotonic clock (a wall-clock step cannot fake a stall or hide one).
+#[derive(Debug)]
+pub struct Heartbeat {
+    origin: Instant,
+    /// When the round in progress started (ms since `origin`, plus 1); 0 between rounds.
+    round_started: AtomicU64,
+    step: AtomicU8,
+    /// When the current step started (ms since `origin`).
+    step_started: AtomicU64,
+}
+
+impl Default for Heartbeat {
+    fn default() -> Self {
+        Self {
+            origin: Instant::now(),
+            round_started: AtomicU64::new(0),
+            step: AtomicU8::new(Step::Idle as u8),
+            step_started: AtomicU64::new(0),
+        }
+    }
+}
+
+/// A round that has not finished in time: the step it is in and for how long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stall {
+    pub step: Step,
+    /// How long the round has been running.
+    pub round_for: Duration,
+    /// How long it has been in this step.
+    pub step_for: Duration,
+}
+
+impl fmt::Display for Stall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "a sampling round has been running for {:.0} s, {:.0} s of it in {}",
+            self.round_for.as_secs_f64(),
+            self.step_for.as_secs_f64(),
+            self.step
+        )
+    }
+}
+
+impl Heartbeat {
+    fn now_ms(&self) -> u64 {
+        self.origin.elapsed().as_millis() as u64
+    }
+
+    /// A round starts.
+    pub fn round_begins(&self) {
+        self.round_started
+            .store(self.now_ms() + 1, Ordering::Relaxed);
+        self.enter(Step::Idle);
+    }
+
+    /// The round moves to `step`.
+    pub fn enter(&self, step: Step) {
+        self.step_started.store(self.now_ms(), Ordering::Relaxed);
+        self.step.store(step as u8, Ordering::Relaxed);
+    }
+
+    /// The round is over.
+    pub fn round_ends(&self) {
+        self.round_started.store(0, Ordering::Relaxed);
+        self.enter(Step::Idle);
+    }
+
+    /// How long the round in progress has run, and in which step; `None` between rounds.
+    pub fn running(&self) -> Option<Stall> {
+        let started = self.round_started.load(Ordering::Relaxed);
+        if started == 0 {
+            return None;
+        }
+        let now = self.now_ms();
+        let step_started = self.step_started.load(Ordering::Relaxed);
+        Some(Stall {
+            step: Step::from_u8(self.step.load(Ordering::Relaxed)),
+            round_for: Duration::from_millis(now.saturating_sub(started - 1)),
+            step_for: Duration::from_millis(now.saturating_sub(step_started)),
+        })
+    }
+
+    /// The round in progress, if it has run longer than `limit`.
+    pub fn stalled(&self, limit: Duration) -> Option<Stall> {
+        self.running().filter(|s| s.round_for > limit)
+    }
+}
+
+/// How long a round may run before it counts as hung: a round costs milliseconds (the series
+/// fetch ~3 ms on an H200; `flush` waits at most a sample period), so anything near this is a
+/// source that does not answer.
+pub fn stall_limit(interval: Duration) -> Duration {
+    (interval * 3).max(Duration::from_secs(10))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_round_is_stalled_only_past_the_limit_and_says_where() {
+        let h = Heartbeat::default();
+        assert_eq!(h.running(), None, "between rounds");
+        h.round_begins();
+        h.enter(Step::NvmlSeries);
+        let r = h.running().unwrap();
+        assert_eq!(r.step, Step::NvmlSeries);
+        assert!(h.stalled(Duration::from_secs(5)).is_none());
+        std::thread::sleep(Duration::from_millis(30));
+        let s = h.stalled(Duration::from_millis(10)).unwrap();
+        assert!(s.round_for >= Duration::from_millis(30), "{s:?}");
+        let text = s.to_string();
+        assert!(text.contains("utilisation series"), "{text}");
+        h.round_ends();
+        assert_eq!(h.stalled(Duration::ZERO), None);
+    }
+
+    #[test]
+    fn the_limit_is_ten_seconds_or_three_intervals() {
+        assert_eq!(stall_limit(Duration::from_secs(1)), Duration::from_secs(10));
+        assert_eq!(stall_limit(Duration::from_secs(5)), Duration::from_secs(15));
+    }
+}
