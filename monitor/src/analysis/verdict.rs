@@ -567,6 +567,7 @@ mod tests {
             kind: WorkloadKind::Cgroup,
             name: "/job".into(),
             container: None,
+            container_unverified: None,
             exited: false,
             cgroup_path: None,
             cpu: Some(CpuUsage {

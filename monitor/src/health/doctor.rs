@@ -405,18 +405,37 @@ pub fn examine(snaps: &[Snapshot], c: &DoctorConfig) -> Report {
                 .as_ref()
                 .and_then(|id| workloads.get(id).copied());
             let owner = current.map(ContainerRef::of);
-            if let Outcome::Breached(f) =
-                rules::ghost_outcome(last.sources.docker.up, g, p, current, owner.as_ref())
-            {
-                ghosts += 1;
-                check(
-                    "ghost_process",
-                    format!("GPU {} PID {}", g.device.index, p.reading.pid),
-                    Status::Risk,
-                    format!("{:.0} MiB", f.value),
-                    "no ghost processes".into(),
-                    &format!("{} — {}", f.summary, f.action),
-                );
+            let subject = format!("GPU {} PID {}", g.device.index, p.reading.pid);
+            match rules::ghost_outcome(last.sources.docker.up, g, p, current, owner.as_ref()) {
+                Outcome::Breached(f) => {
+                    ghosts += 1;
+                    check(
+                        "ghost_process",
+                        subject,
+                        Status::Risk,
+                        format!("{:.0} MiB", f.value),
+                        "no ghost processes".into(),
+                        &format!("{} — {}", f.summary, f.action),
+                    );
+                }
+                Outcome::Unknown => {
+                    let why = current
+                        .and_then(|w| w.container_unverified.as_deref())
+                        .unwrap_or("its container cannot be told");
+                    ghosts += 1;
+                    check(
+                        "ghost_process",
+                        subject,
+                        Status::Warning,
+                        "unverified".into(),
+                        "no ghost processes".into(),
+                        &format!(
+                            "Docker lists its container as running but could not describe it \
+                             ({why}): not a ghost as far as Docker says; run the check again."
+                        ),
+                    );
+                }
+                Outcome::Clear => {}
             }
         }
     }

@@ -821,6 +821,10 @@ pub(crate) fn ghost_outcome(
             .as_ref()
             .is_some_and(|id| id.kind == WorkloadKind::Docker)
         && current.is_none_or(|w| w.container.is_none());
+    if in_dead_container && current.is_some_and(|w| w.container_unverified.is_some()) {
+        // Docker runs it but could not be asked about it: not gone, not known either.
+        return Outcome::Unknown;
+    }
     if in_dead_container {
         return breached(
             mib,
@@ -889,6 +893,11 @@ mod tests {
         };
         assert!(f.summary.contains("uninterruptible sleep"), "{}", f.summary);
         assert_eq!(out[3], Outcome::Clear, "one D reading is not stuck");
+        // Docker lists it but inspecting it failed: not known, and not gone either.
+        let mut unverified = snap.clone();
+        unverified.workloads[1].container_unverified =
+            Some("inspecting ff…: 500 Internal Server Error".to_owned());
+        assert_eq!(ghost(&unverified)[1], Outcome::Unknown);
         // With Docker down, an unknown container is no evidence of anything.
         let mut snap = snap;
         snap.sources.docker = crate::model::SourceState::down("socket missing");

@@ -237,6 +237,10 @@ pub struct Workload {
     pub name: String,
     /// The container, shared with the Docker cache: its JSON leaves out the PID and labels.
     pub container: Option<Arc<ContainerInfo>>,
+    /// Docker lists this container as running, but asking about it failed (why): its name and
+    /// image are unknown until a retry succeeds, and it is not a container that is gone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_unverified: Option<String>,
     /// The workload stopped during the window (its cgroup is gone): this is its last, partial
     /// window, reported once, with the CPU and memory last read.
     pub exited: bool,
@@ -266,6 +270,7 @@ impl Workload {
             id,
             name,
             container,
+            container_unverified: None,
             exited: false,
             cgroup_path: None,
             cpu: None,

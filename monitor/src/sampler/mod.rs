@@ -329,7 +329,9 @@ impl Sampler {
                 let Some(id) = &p.workload else { continue };
                 gpu_pids.insert(p.reading.pid);
                 if !workloads.contains_key(id) {
-                    workloads.insert(id.clone(), new_workload(id.clone(), None));
+                    let mut w = new_workload(id.clone(), None);
+                    w.container_unverified = self.unverified_container(id);
+                    workloads.insert(id.clone(), w);
                 }
                 if let Some(w) = workloads.get_mut(id) {
                     add_gpu_share(&mut w.gpu, gpu, p);
@@ -562,6 +564,15 @@ impl Sampler {
             }
         }
         workloads
+    }
+
+    /// Why a Docker workload the cache does not hold is still running: Docker lists it, but
+    /// inspecting it failed (the cache retries).
+    fn unverified_container(&self, id: &WorkloadId) -> Option<String> {
+        if id.kind != WorkloadKind::Docker {
+            return None;
+        }
+        self.docker.as_ref()?.unverified(&id.id)
     }
 
     /// The previous round's workloads that are not in this one and whose cgroup is gone, marked

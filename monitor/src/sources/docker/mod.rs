@@ -5,6 +5,11 @@
 //! `start` / `die` / `destroy` / `rename` events. When the daemon goes away it marks itself down,
 //! retries with back-off and re-lists on reconnect. Samplers only ever read the cache: Docker
 //! metadata never costs a request per round.
+//!
+//! A container Docker lists as running but fails to inspect is kept as *unverified* (with the
+//! error) and inspected again every [`RETRY_EVERY`]; the list is compared with the cache every
+//! [`RESYNC_EVERY`], so an event the stream lost cannot leave a container out for good. A
+//! process in an unverified container's cgroup is not a ghost: Docker runs it.
 mod gpu_claims;
 
 use crate::events::{EventCounters, InternalEvent};
@@ -52,10 +57,17 @@ pub struct DockerStatus {
     pub attempted: bool,
 }
 
+/// How often the containers whose inspect failed are asked about again.
+pub const RETRY_EVERY: Duration = Duration::from_secs(2);
+/// How often the running containers are listed again and compared with the cache.
+pub const RESYNC_EVERY: Duration = Duration::from_secs(300);
+
 #[derive(Default)]
 struct CacheState {
     status: DockerStatus,
     containers: HashMap<String, Arc<ContainerInfo>>,
+    /// Running containers whose inspect failed, with the error.
+    unverified: HashMap<String, String>,
 }
 
 /// The container cache, shared between the Docker task and the samplers.
@@ -75,6 +87,29 @@ impl DockerCache {
 
     pub fn get(&self, id: &str) -> Option<Arc<ContainerInfo>> {
         self.read().containers.get(id).cloned()
+    }
+
+    /// Why container `id` is listed as running but not known: its inspect failed.
+    pub fn unverified(&self, id: &str) -> Option<String> {
+        self.read().unverified.get(id).cloned()
+    }
+
+    /// Records the outcome of inspecting `id`: known, not running, or failed (kept to retry).
+    fn record_inspect(&self, id: &str, outcome: InspectOutcome) {
+        let mut s = self.write();
+        match outcome {
+            InspectOutcome::Running(info) => {
+                s.unverified.remove(id);
+                s.containers.insert(id.to_owned(), Arc::new(*info));
+            }
+            InspectOutcome::NotRunning => {
+                s.unverified.remove(id);
+                s.containers.remove(id);
+            }
+            InspectOutcome::Failed(e) => {
+                s.unverified.insert(id.to_owned(), e);
+            }
+        }
     }
 
     /// Blocks until the first connection attempt finishes or `timeout` passes.
@@ -213,23 +248,23 @@ async fn connect_and_follow(
         }))
         .await
         .map_err(request("listing containers"))?;
-    let mut containers = HashMap::with_capacity(listed.len());
-    for summary in listed {
-        let Some(id) = summary.id else { continue };
-        match inspect(&docker, &id).await {
-            Ok(Some(info)) => {
-                containers.insert(id, Arc::new(info));
+    // Built apart and swapped in at once: readers keep the last known containers meanwhile.
+    let (mut containers, mut unverified) = (HashMap::new(), HashMap::new());
+    for id in listed.into_iter().filter_map(|c| c.id) {
+        match inspect_outcome(&docker, &id, events, None).await {
+            InspectOutcome::Running(info) => {
+                containers.insert(id, Arc::new(*info));
             }
-            Ok(None) => {}
-            Err(e) => events.emit(
-                InternalEvent::DockerRequestFailed,
-                format_args!("inspecting {id}: {e}"),
-            ),
+            InspectOutcome::NotRunning => {}
+            InspectOutcome::Failed(e) => {
+                unverified.insert(id, e);
+            }
         }
     }
     {
         let mut s = cache.write();
         s.containers = containers;
+        s.unverified = unverified;
         s.status = DockerStatus {
             up: true,
             error: None,
@@ -238,9 +273,20 @@ async fn connect_and_follow(
     }
     tracing::info!(socket = %socket, containers = cache.read().containers.len(), "Docker source up");
 
+    let mut retry = tokio::time::interval(RETRY_EVERY);
+    let mut resync = tokio::time::interval(RESYNC_EVERY);
+    resync.tick().await; // the first tick is now: the list above
     loop {
         let item = tokio::select! {
             item = stream.next() => item,
+            _ = retry.tick() => {
+                retry_unverified(&docker, cache, events).await;
+                continue;
+            }
+            _ = resync.tick() => {
+                resync_list(&docker, cache, events).await.map_err(request("listing containers"))?;
+                continue;
+            }
             _ = shutdown.changed() => return Ok(()),
         };
         let Some(item) = item else {
@@ -252,24 +298,103 @@ async fn connect_and_follow(
             continue;
         };
         match action {
-            "start" | "rename" | "unpause" => match inspect(&docker, &id).await {
-                Ok(Some(info)) => {
-                    cache.write().containers.insert(id, Arc::new(info));
-                }
-                Ok(None) => {
-                    cache.write().containers.remove(&id);
-                }
-                Err(e) => events.emit(
-                    InternalEvent::DockerRequestFailed,
-                    format_args!("inspecting {id}: {e}"),
-                ),
-            },
-            "die" | "destroy" => {
-                cache.write().containers.remove(&id);
+            "start" | "rename" | "unpause" => {
+                let outcome = inspect_outcome(&docker, &id, events, None).await;
+                cache.record_inspect(&id, outcome);
             }
+            "die" | "destroy" => cache.record_inspect(&id, InspectOutcome::NotRunning),
             _ => {}
         }
     }
+}
+
+/// What one inspect found.
+enum InspectOutcome {
+    Running(Box<ContainerInfo>),
+    NotRunning,
+    Failed(String),
+}
+
+/// Inspects `id`; a failure is logged and counted, or only counted when it repeats `before`
+/// (the error of the last try).
+async fn inspect_outcome(
+    docker: &Docker,
+    id: &str,
+    events: &EventCounters,
+    before: Option<&str>,
+) -> InspectOutcome {
+    match inspect(docker, id).await {
+        Ok(Some(info)) => InspectOutcome::Running(Box::new(info)),
+        Ok(None) => InspectOutcome::NotRunning,
+        Err(e) => {
+            let text = format!("inspecting {id}: {e}");
+            if before == Some(text.as_str()) {
+                events.add(InternalEvent::DockerRequestFailed, 1);
+            } else {
+                events.emit(InternalEvent::DockerRequestFailed, &text);
+            }
+            InspectOutcome::Failed(text)
+        }
+    }
+}
+
+/// Asks again about the containers whose inspect failed.
+async fn retry_unverified(docker: &Docker, cache: &DockerCache, events: &EventCounters) {
+    let pending: Vec<(String, String)> = cache
+        .read()
+        .unverified
+        .iter()
+        .map(|(id, e)| (id.clone(), e.clone()))
+        .collect();
+    for (id, before) in pending {
+        let outcome = inspect_outcome(docker, &id, events, Some(&before)).await;
+        if let InspectOutcome::Running(_) = &outcome {
+            tracing::info!("container {id} inspected after an earlier failure");
+        }
+        cache.record_inspect(&id, outcome);
+    }
+}
+
+/// Lists the running containers and mends the cache where the event stream left it behind:
+/// one it holds that no longer runs is dropped, one it lacks is inspected.
+async fn resync_list(
+    docker: &Docker,
+    cache: &DockerCache,
+    events: &EventCounters,
+) -> Result<(), bollard::errors::Error> {
+    let listed: std::collections::HashSet<String> = docker
+        .list_containers(Some(ListContainersOptions {
+            all: false,
+            ..Default::default()
+        }))
+        .await?
+        .into_iter()
+        .filter_map(|c| c.id)
+        .collect();
+    let (stale, missing): (Vec<String>, Vec<String>) = {
+        let s = cache.read();
+        let stale = s
+            .containers
+            .keys()
+            .chain(s.unverified.keys())
+            .filter(|id| !listed.contains(*id))
+            .cloned()
+            .collect();
+        let missing = listed
+            .iter()
+            .filter(|id| !s.containers.contains_key(*id) && !s.unverified.contains_key(*id))
+            .cloned()
+            .collect();
+        (stale, missing)
+    };
+    for id in stale {
+        cache.record_inspect(&id, InspectOutcome::NotRunning);
+    }
+    for id in missing {
+        let outcome = inspect_outcome(docker, &id, events, None).await;
+        cache.record_inspect(&id, outcome);
+    }
+    Ok(())
 }
 
 /// Inspects one container; `None` if it is not running (or no longer exists).
