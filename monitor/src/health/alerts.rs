@@ -74,7 +74,8 @@ impl AlertEngine {
 
     /// Runs the rules on one snapshot and moves every alert along its lifecycle.
     pub fn evaluate(&mut self, snap: &Snapshot) -> RoundOutcome {
-        let now = snap.taken_at_unix_ms;
+        // Durations on the monotonic clock; the times shown are the wall clock's.
+        let (now, wall) = (snap.monotonic_ms, snap.taken_at_unix_ms);
         let evaluations = rules::evaluate(&self.config.rules, &mut self.state, snap);
         let mut transitions = Vec::new();
         let mut reported: Vec<String> = Vec::with_capacity(evaluations.len());
@@ -86,7 +87,7 @@ impl AlertEngine {
                         .tracked
                         .entry(e.key.clone())
                         .or_insert_with(|| Tracked {
-                            alert: new_alert(&e, now),
+                            alert: new_alert(&e, wall),
                             since_ms: now,
                         });
                     t.alert.value = f.value;
@@ -96,12 +97,12 @@ impl AlertEngine {
                     let held = now.saturating_sub(t.since_ms);
                     if t.alert.state == AlertState::Pending && held >= e.for_.as_millis() as u64 {
                         t.alert.state = AlertState::Firing;
-                        t.alert.firing_since = Some(rfc3339(now));
+                        t.alert.firing_since = Some(rfc3339(wall));
                         transitions.push(t.alert.clone());
                     }
                 }
                 Outcome::Clear => {
-                    if let Some(a) = self.resolve(&e.key, now, None) {
+                    if let Some(a) = self.resolve(&e.key, (now, wall), None) {
                         transitions.push(a);
                     }
                 }
@@ -116,7 +117,7 @@ impl AlertEngine {
             .cloned()
             .collect();
         for key in gone {
-            if let Some(a) = self.resolve(&key, now, Some("no longer present")) {
+            if let Some(a) = self.resolve(&key, (now, wall), Some("no longer present")) {
                 transitions.push(a);
             }
         }
@@ -140,13 +141,15 @@ impl AlertEngine {
     }
 
     /// Ends an alert; returns it when it had fired (a pending one ends silently).
-    fn resolve(&mut self, key: &str, now: u64, note: Option<&str>) -> Option<Alert> {
+    /// `at`: (monotonic, wall clock) ms.
+    fn resolve(&mut self, key: &str, at: (u64, u64), note: Option<&str>) -> Option<Alert> {
+        let (now, wall) = at;
         let mut t = self.tracked.remove(key)?;
         if t.alert.state != AlertState::Firing {
             return None;
         }
         t.alert.state = AlertState::Resolved;
-        t.alert.resolved_at = Some(rfc3339(now));
+        t.alert.resolved_at = Some(rfc3339(wall));
         let held = std::time::Duration::from_secs(now.saturating_sub(t.since_ms) / 1000);
         t.alert.summary = format!(
             "cleared{} after {}; last seen: {}",
@@ -282,6 +285,56 @@ mod tests {
             "{}",
             out.notify[0].summary
         );
+    }
+
+    /// The wall clock steps back an hour (an NTP correction, an operator's `date -s`) while the
+    /// monotonic clock goes on. With durations on the wall clock both checks below read 0 s
+    /// for an hour: the pending alert would not fire, the rate limit's minute would not end.
+    #[test]
+    fn a_wall_clock_step_neither_holds_alerts_nor_wedges_the_rate_limit() {
+        let hot = |i: u32, yes: bool| {
+            let mut g = gpu(i);
+            g.device.temperature_celsius = Some(if yes { 99 } else { 40 });
+            g
+        };
+        let at = |mono: u64, wall: u64, gpus: Vec<crate::model::Gpu>| {
+            let mut s = snapshot(wall, gpus, vec![]);
+            s.monotonic_ms = mono;
+            s
+        };
+        let (wall0, hour) = (10_000_000_000u64, 3_600_000u64);
+        // A pending alert across the step fires after its 3 s.
+        let mut e =
+            engine(|c| c.rules.gpu_temperature_high.for_ = std::time::Duration::from_secs(3));
+        let mut fired_at = None;
+        for t in 0..5u64 {
+            let wall = if t < 2 {
+                wall0 + t * 1000
+            } else {
+                wall0 - hour + t * 1000
+            };
+            if !e
+                .evaluate(&at(t * 1000, wall, vec![hot(0, true)]))
+                .notify
+                .is_empty()
+            {
+                fired_at.get_or_insert(t);
+            }
+        }
+        assert_eq!(fired_at, Some(3));
+        // A notification sent before the step still leaves the limit's minute after 60 s.
+        let mut e = engine(|c| {
+            c.max_notifications_per_minute = 1;
+            c.rules.gpu_temperature_high.for_ = std::time::Duration::ZERO;
+        });
+        let out = e.evaluate(&at(0, wall0, vec![hot(0, true)]));
+        assert_eq!(out.notify.len(), 1);
+        let out = e.evaluate(&at(1000, wall0 - hour, vec![hot(0, true), hot(1, true)]));
+        assert_eq!(out.rate_limited.len(), 1, "within the minute: held back");
+        let gpus = vec![hot(0, true), hot(1, true), hot(2, true)];
+        let out = e.evaluate(&at(62_000, wall0 - hour + 61_000, gpus));
+        assert_eq!(out.notify.len(), 1, "the minute is over: {out:?}");
+        assert!(out.notify[0].key.contains('2') || out.notify[0].summary.contains("GPU 2"));
     }
 
     #[test]

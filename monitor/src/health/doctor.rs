@@ -163,7 +163,7 @@ pub fn examine(snaps: &[Snapshot], c: &DoctorConfig) -> Report {
             checks: Vec::new(),
         };
     };
-    let window = (last.taken_at_unix_ms.saturating_sub(first.taken_at_unix_ms)) as f64 / 1000.0;
+    let window = (last.monotonic_ms.saturating_sub(first.monotonic_ms)) as f64 / 1000.0;
 
     // Sources.
     if last.sources.nvml.up {
@@ -463,7 +463,7 @@ pub fn examine(snaps: &[Snapshot], c: &DoctorConfig) -> Report {
                     .or_insert_with(|| (w.name.clone(), Series::default()))
                     .1
                     .push(
-                        s.taken_at_unix_ms as f64 / 1000.0,
+                        s.monotonic_ms as f64 / 1000.0,
                         m.usage_bytes as f64,
                         f64::INFINITY,
                     );

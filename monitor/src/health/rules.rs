@@ -305,7 +305,8 @@ const MIB: f64 = 1_048_576.0;
 /// Evaluates every enabled rule on `snap`.
 pub fn evaluate(config: &RulesConfig, state: &mut RuleState, snap: &Snapshot) -> Vec<Evaluation> {
     let mut out = Vec::new();
-    let t = snap.taken_at_unix_ms as f64 / 1000.0;
+    // Trends and holds go by the monotonic clock: a wall-clock step bends no line.
+    let t = snap.monotonic_ms as f64 / 1000.0;
     let gpu_ref = |g: &Gpu| GpuRef {
         index: g.device.index,
         uuid: g.device.uuid.clone(),
@@ -508,7 +509,7 @@ pub fn evaluate(config: &RulesConfig, state: &mut RuleState, snap: &Snapshot) ->
         }
         let r = &config.gpu_xid_errors;
         if r.enabled {
-            let now = snap.taken_at_unix_ms;
+            let now = snap.monotonic_ms;
             if let Some(&xid) = d.xid_events.iter().rev().find(|x| !r.ignore.contains(x)) {
                 state.last_xid.insert(gpu_key(g), (xid, now));
             }

@@ -31,12 +31,28 @@ use std::sync::Arc;
 /// per-process shares and host CPU, the main thread's times in stall windows.
 pub const SCHEMA_VERSION: u32 = 2;
 
+/// Milliseconds on `CLOCK_BOOTTIME`: monotonic, counting suspended time, never stepped.
+pub fn monotonic_now_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer; CLOCK_BOOTTIME exists on every kernel gpuwatch runs on.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Snapshot {
     pub schema_version: u32,
     /// RFC 3339, UTC.
     pub taken_at: String,
     pub taken_at_unix_ms: u64,
+    /// When the round was taken on the host's monotonic clock ([`monotonic_now_ms`]): what
+    /// durations between rounds are measured on (alert lifecycles, trends, staleness), so a
+    /// wall-clock step neither holds an alert back nor fires one early. Not in the JSON.
+    #[serde(skip)]
+    pub monotonic_ms: u64,
     /// Seconds since the previous round: the span that rates and samples cover. `None` for the
     /// first round.
     pub window_seconds: Option<f64>,
@@ -491,6 +507,7 @@ pub mod test_support {
             schema_version: SCHEMA_VERSION,
             taken_at: String::new(),
             taken_at_unix_ms: unix_ms,
+            monotonic_ms: unix_ms,
             window_seconds: Some(1.0),
             collection_seconds: 0.001,
             nvml_query_seconds: Some(0.001),

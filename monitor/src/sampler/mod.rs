@@ -290,6 +290,7 @@ impl Sampler {
     /// Reads every source once into a round that waits for its GPU series.
     fn take_round(&mut self) -> PendingRound {
         let started = Instant::now();
+        let monotonic_ms = crate::model::monotonic_now_ms();
         let taken_at = time::OffsetDateTime::now_utc();
         let now_us = (taken_at.unix_timestamp_nanos() / 1000) as u64;
         let window_seconds = self
@@ -370,6 +371,7 @@ impl Sampler {
                     .format(&time::format_description::well_known::Rfc3339)
                     .unwrap_or_default(),
                 taken_at_unix_ms: now_us / 1000,
+                monotonic_ms,
                 window_seconds,
                 collection_seconds: started.elapsed().as_secs_f64(),
                 nvml_query_seconds,

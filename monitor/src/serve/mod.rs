@@ -313,10 +313,8 @@ fn ready(current: Option<&Exported>, stale_after: Duration) -> Response<Full<Byt
     let Some(e) = current else {
         return unavailable("not ready: no round published yet\n".into());
     };
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    let age = Duration::from_millis(now_ms.saturating_sub(e.snapshot.taken_at_unix_ms));
+    let now_ms = crate::model::monotonic_now_ms();
+    let age = Duration::from_millis(now_ms.saturating_sub(e.snapshot.monotonic_ms));
     if age > stale_after {
         return unavailable(format!(
             "not ready: the last round is {:.0} s old (more than {:.0} s)\n",
@@ -364,8 +362,10 @@ mod tests {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_millis() as u64;
+        let mut snap = snapshot(now - age.as_millis() as u64, Vec::new(), Vec::new());
+        snap.monotonic_ms = crate::model::monotonic_now_ms() - age.as_millis() as u64;
         Exported {
-            snapshot: snapshot(now - age.as_millis() as u64, Vec::new(), Vec::new()),
+            snapshot: snap,
             alerts: Vec::new(),
             xid_totals: Default::default(),
         }
@@ -385,5 +385,14 @@ mod tests {
             ready(Some(&old), stale_after).status(),
             StatusCode::SERVICE_UNAVAILABLE
         );
+        // The wall clock stepped an hour either way since the round: its age is still 12 s.
+        for step in [-3_600_000i64, 3_600_000] {
+            let mut stepped = exported(Duration::from_secs(12));
+            stepped.snapshot.taken_at_unix_ms = stepped
+                .snapshot
+                .taken_at_unix_ms
+                .saturating_add_signed(step);
+            assert_eq!(ready(Some(&stepped), stale_after).status(), StatusCode::OK);
+        }
     }
 }
