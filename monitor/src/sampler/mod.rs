@@ -324,6 +324,7 @@ impl Sampler {
         let docker_state = self.docker_state();
         let window = window_seconds.filter(|w| *w > 0.0);
         let mut workloads = self.workloads(&docker_state);
+        self.add_ended(&mut workloads, &gpus);
         let mut gpu_pids = PidSet::default();
         for gpu in &gpus {
             for p in &gpu.processes {
@@ -339,7 +340,6 @@ impl Sampler {
                 }
             }
         }
-        self.add_ended(&mut workloads);
         self.stalls.step_io(now_us / 1000, &self.events);
         let probe_ok = self.read_counters(&mut workloads, window, &gpu_pids);
         self.read_container_configs(&mut workloads, &gpus, window);
@@ -578,13 +578,20 @@ impl Sampler {
     }
 
     /// The previous round's workloads that are not in this one and whose cgroup is gone, marked
-    /// as exited with their partial window. After the GPU holders are added: a workload still
-    /// here costs no look at its cgroup directory.
-    fn add_ended(&mut self, workloads: &mut BTreeMap<WorkloadId, Workload>) {
+    /// as exited with their partial window (before the GPU holders join: a vanished process's
+    /// work goes to the exited workload). One a live GPU process still holds is here, and
+    /// costs no look at its cgroup directory.
+    fn add_ended(&mut self, workloads: &mut BTreeMap<WorkloadId, Workload>, gpus: &[Gpu]) {
+        let held: HashSet<&WorkloadId> = gpus
+            .iter()
+            .flat_map(|g| &g.processes)
+            .filter(|p| !p.vanished)
+            .filter_map(|p| p.workload.as_ref())
+            .collect();
         let ended: Vec<WorkloadId> = self
             .last_workloads
             .keys()
-            .filter(|id| !workloads.contains_key(*id))
+            .filter(|id| !workloads.contains_key(*id) && !held.contains(id))
             .filter(|id| self.cgroups.get(*id).is_some_and(WorkloadCgroup::removed))
             .cloned()
             .collect();
