@@ -23,5 +23,17 @@ fn main() -> anyhow::Result<()> {
         root_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/../monitor-ebpf"),
         ..Default::default()
     };
-    aya_build::build_ebpf([package], aya_build::Toolchain::default())
+    // The pinned nightly of monitor-ebpf/rust-toolchain.toml (see there why it is pinned).
+    let pin = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../monitor-ebpf/rust-toolchain.toml"
+    );
+    println!("cargo:rerun-if-changed={pin}");
+    let text = std::fs::read_to_string(pin)?;
+    let channel = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("channel = "))
+        .map(|c| c.trim_matches('"').to_owned())
+        .ok_or_else(|| anyhow::anyhow!("{pin}: no channel"))?;
+    aya_build::build_ebpf([package], aya_build::Toolchain::Custom(&channel))
 }

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// bpf-linker release known to build here against the nightly toolchain's LLVM 22.
+/// bpf-linker release known to build here against the pinned nightly's LLVM (21–23 only).
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const DOCKER_SOCKET: &str = "/var/run/docker.sock";
 
@@ -54,13 +54,7 @@ pub(crate) fn run_cmd(cmd: &mut Command, what: &str) -> Result<()> {
 /// tests).
 fn userspace_components() -> Result<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let file = std::fs::read_to_string(root.join("rust-toolchain.toml"))
-        .context("reading rust-toolchain.toml")?;
-    let channel = file
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("channel = "))
-        .map(|c| c.trim_matches('"').to_owned())
-        .context("rust-toolchain.toml: no channel")?;
+    let channel = channel_of(&root.join("rust-toolchain.toml"))?;
     let installed = output(
         "rustup",
         &["component", "list", "--toolchain", &channel, "--installed"],
@@ -83,30 +77,48 @@ fn userspace_components() -> Result<()> {
     )
 }
 
+/// The kernel programs' toolchain: the dated nightly pinned in monitor-ebpf/rust-toolchain.toml.
+pub(crate) fn ebpf_toolchain() -> Result<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    channel_of(&root.join("monitor-ebpf/rust-toolchain.toml"))
+}
+
+fn channel_of(file: &Path) -> Result<String> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("channel = "))
+        .map(|c| c.trim_matches('"').to_owned())
+        .with_context(|| format!("{}: no channel", file.display()))
+}
+
 fn rust_src() -> Result<()> {
+    let nightly = ebpf_toolchain()?;
     let installed = output(
         "rustup",
-        &["component", "list", "--toolchain", "nightly", "--installed"],
+        &["component", "list", "--toolchain", &nightly, "--installed"],
     );
     if installed
         .as_deref()
         .is_some_and(|s| s.lines().any(|l| l.starts_with("rust-src")))
     {
-        say("nightly rust-src: present");
+        say(&format!("{nightly} rust-src: present"));
         return Ok(());
     }
-    say("installing the nightly toolchain's rust-src (eBPF programs build core from source)");
+    say(&format!(
+        "installing {nightly} with rust-src (the eBPF programs build core from source)"
+    ));
     run_cmd(
         Command::new("rustup").args([
             "toolchain",
             "install",
-            "nightly",
+            &nightly,
             "--profile",
             "minimal",
             "--component",
             "rust-src",
         ]),
-        "installing nightly rust-src",
+        "installing the pinned nightly",
     )
 }
 
@@ -117,11 +129,12 @@ fn bpf_linker() -> Result<()> {
             return Ok(());
         }
     }
+    let nightly = ebpf_toolchain()?;
     say(&format!(
-        "building bpf-linker {BPF_LINKER_VERSION} against the nightly toolchain's LLVM (about a minute)"
+        "building bpf-linker {BPF_LINKER_VERSION} against {nightly}'s LLVM (about a minute)"
     ));
-    let sysroot = output("rustc", &["+nightly", "--print", "sysroot"])
-        .context("rustc +nightly --print sysroot")?;
+    let sysroot = output("rustc", &[&format!("+{nightly}"), "--print", "sysroot"])
+        .with_context(|| format!("rustc +{nightly} --print sysroot"))?;
     let lib = Path::new(sysroot.trim()).join("lib");
     let llvm = std::fs::read_dir(&lib)
         .with_context(|| format!("listing {}", lib.display()))?
@@ -133,7 +146,7 @@ fn bpf_linker() -> Result<()> {
         })
         .with_context(|| {
             format!(
-                "no libLLVM.so in {}: is the nightly toolchain complete?",
+                "no libLLVM.so in {}: is the pinned nightly complete?",
                 lib.display()
             )
         })?;
