@@ -42,7 +42,7 @@ pub fn rounds<E>(
     let events = agent.events.clone();
     let finished = AtomicBool::new(false);
     std::thread::scope(|scope| {
-        std::thread::Builder::new()
+        let watchdog = std::thread::Builder::new()
             .name("gpuwatch-watchdog".to_owned())
             .spawn_scoped(scope, || {
                 let limit = stall_limit(schedule.interval);
@@ -51,6 +51,9 @@ pub fn rounds<E>(
             .ok();
         let result = run(agent, schedule, stop, each);
         finished.store(true, Ordering::Relaxed);
+        if let Some(w) = watchdog {
+            w.thread().unpark(); // ends it now, not at its next look
+        }
         result
     })
 }
@@ -78,7 +81,8 @@ fn run<E>(
     agent.flush().into_iter().try_for_each(&mut each)
 }
 
-/// Looks at the round in progress four times a second until the loop is `finished`.
+/// Looks at the round in progress once a second (a wake-up costs the agent CPU; the limits are
+/// seconds) until the loop is `finished`.
 fn watchdog(
     heartbeat: &Heartbeat,
     limit: Duration,
@@ -89,7 +93,7 @@ fn watchdog(
     let mut reported = false;
     let mut stop_asked: Option<Instant> = None;
     while !finished.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(250));
+        std::thread::park_timeout(Duration::from_secs(1));
         match heartbeat.stalled(limit) {
             Some(stall) if !reported => {
                 events.emit(InternalEvent::SourceHung, stall);
