@@ -225,3 +225,56 @@ fn a_hung_nvml_call_does_not_hold_record_past_a_stop() {
         "{text}"
     );
 }
+
+/// NVML that fails at start (a driver still loading) is tried again with back-off: once it
+/// answers, the agent has its GPUs without a restart.
+#[test]
+fn nvml_that_failed_at_start_is_picked_up_once_it_answers() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    let devices = json!([{"uuid": "GPU-late", "processes": []}]);
+    std::fs::write(
+        &scenario,
+        json!({"init_error": "DRIVER_NOT_LOADED", "devices": devices}).to_string(),
+    )
+    .unwrap();
+    let out = dir.path().join("rows.jsonl");
+    let child = gpuwatch_on(&scenario)
+        .args(["record", "--interval", "500ms", "--duration", "7s"])
+        .args([
+            "--no-docker",
+            "--no-ebpf",
+            "--log",
+            "info",
+            "--format",
+            "jsonl",
+            "-o",
+        ])
+        .arg(&out)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    // The driver finishes loading (written whole, then renamed: the fake never reads half).
+    let tmp = dir.path().join("scenario.tmp");
+    std::fs::write(&tmp, json!({"devices": devices}).to_string()).unwrap();
+    std::fs::rename(&tmp, &scenario).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let rows: Vec<serde_json::Value> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let first = rows.first().expect("rows");
+    assert_eq!(first["sources"]["nvml"]["up"], false, "{first:#}");
+    let last = rows.last().unwrap();
+    assert_eq!(last["sources"]["nvml"]["up"], true, "{stderr}");
+    assert_eq!(last["gpus"][0]["uuid"], "GPU-late");
+    assert!(
+        stderr.contains("trying again") && stderr.contains("GPU source up"),
+        "{stderr}"
+    );
+}

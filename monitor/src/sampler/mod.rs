@@ -109,6 +109,30 @@ pub struct Sampler {
     events: Arc<EventCounters>,
     /// Which step a round is in, for the watchdog on another thread.
     heartbeat: Arc<Heartbeat>,
+    /// When NVML failed to open: the next try.
+    gpu_retry: Option<GpuRetry>,
+}
+
+/// The first retry of an NVML that failed to open comes after this; each failure doubles it,
+/// up to [`GPU_RETRY_MAX`]. A driver still loading at boot answers within seconds; one that
+/// is missing costs a failed `dlopen` every five minutes.
+pub const GPU_RETRY_FIRST: Duration = Duration::from_secs(2);
+pub const GPU_RETRY_MAX: Duration = Duration::from_secs(300);
+
+struct GpuRetry {
+    config: GpuSourceConfig,
+    delay: Duration,
+    next: Instant,
+}
+
+impl GpuRetry {
+    fn new(config: GpuSourceConfig) -> Self {
+        Self {
+            config,
+            delay: GPU_RETRY_FIRST,
+            next: Instant::now() + GPU_RETRY_FIRST,
+        }
+    }
 }
 
 fn now_unix_us() -> u64 {
@@ -144,10 +168,13 @@ impl Sampler {
             None => Err("disabled".to_owned()),
             Some(c) => GpuSource::open(c, events.clone()).map_err(|e| e.to_string()),
         };
-        if let Err(e) = &gpu {
-            if config.gpu.is_some() {
-                tracing::warn!("GPU source unavailable: {e}; listing containers without GPU data");
-            }
+        let mut gpu_retry = None;
+        if let (Err(e), Some(c)) = (&gpu, &config.gpu) {
+            tracing::warn!(
+                "GPU source unavailable: {e}; listing containers without GPU data, and trying \
+                 again in {GPU_RETRY_FIRST:?}"
+            );
+            gpu_retry = Some(GpuRetry::new(c.clone()));
         }
         let host = HostInfo {
             hostname: read_trimmed("/proc/sys/kernel/hostname"),
@@ -176,6 +203,34 @@ impl Sampler {
             last_fetch: None,
             events,
             heartbeat: Arc::default(),
+            gpu_retry,
+        }
+    }
+
+    /// Opens NVML again when it failed and the back-off says so (a driver that was still
+    /// loading, a library installed after the agent started).
+    fn retry_gpu(&mut self) {
+        let Some(r) = self.gpu_retry.as_mut().filter(|r| Instant::now() >= r.next) else {
+            return;
+        };
+        match GpuSource::open(&r.config, self.events.clone()) {
+            Ok(g) => {
+                tracing::info!("GPU source up: {} GPU(s)", g.device_count());
+                self.host.nvml_driver_version = g.driver_version.clone();
+                self.gpu = Ok(g);
+                self.gpu_retry = None;
+            }
+            Err(e) => {
+                r.delay = (r.delay * 2).min(GPU_RETRY_MAX);
+                r.next = Instant::now() + r.delay;
+                let text = e.to_string();
+                if self.gpu.as_ref().err() != Some(&text) {
+                    self.events.emit(InternalEvent::NvmlCallFailed, &text);
+                    self.gpu = Err(text);
+                } else {
+                    self.events.add(InternalEvent::NvmlCallFailed, 1);
+                }
+            }
         }
     }
 
@@ -298,8 +353,9 @@ impl Sampler {
             .map(|(p, _)| started.duration_since(p).as_secs_f64());
         let window_us = self.previous_at.map(|(_, a)| (a, now_us));
 
-        let nvml_started = Instant::now();
         self.heartbeat.enter(Step::NvmlReadings);
+        self.retry_gpu();
+        let nvml_started = Instant::now();
         let (readings, nvml_query_seconds) = match &mut self.gpu {
             Ok(g) => (g.collect(), Some(nvml_started.elapsed().as_secs_f64())),
             Err(_) => (Vec::new(), None),
