@@ -46,19 +46,20 @@ async fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn follows_events_and_relists_after_the_daemon_returns() {
-    require_root();
-    ensure_image();
-    let dir = tempfile::tempdir().unwrap();
-    let sock: PathBuf = dir.path().join("docker.sock");
-    let proxy = Proxy::start(&sock).await;
-
+/// The Docker source on `sock`, once its first list is in the cache.
+async fn start_source(
+    sock: &Path,
+) -> (
+    Arc<DockerCache>,
+    Arc<EventCounters>,
+    watch::Sender<bool>,
+    tokio::task::JoinHandle<()>,
+) {
     let cache = Arc::new(DockerCache::default());
     let events = Arc::new(EventCounters::default());
     let (stop, stop_rx) = watch::channel(false);
     let config = DockerSourceConfig {
-        socket: sock.clone(),
+        socket: sock.to_owned(),
         timeout: Duration::from_secs(5),
         max_backoff: Duration::from_millis(500),
     };
@@ -67,6 +68,27 @@ async fn follows_events_and_relists_after_the_daemon_returns() {
         cache.status().up
     })
     .await;
+    (cache, events, stop, task)
+}
+
+/// Asks the source to stop; it must end within 5 s.
+async fn stop_source(stop: watch::Sender<bool>, task: tokio::task::JoinHandle<()>) {
+    stop.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("stops on shutdown")
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follows_events_and_relists_after_the_daemon_returns() {
+    require_root();
+    ensure_image();
+    let dir = tempfile::tempdir().unwrap();
+    let sock: PathBuf = dir.path().join("docker.sock");
+    let proxy = Proxy::start(&sock).await;
+
+    let (cache, events, stop, task) = start_source(&sock).await;
 
     // A container started now reaches the cache through the event stream.
     let c = tokio::task::spawn_blocking(|| {
@@ -111,11 +133,7 @@ async fn follows_events_and_relists_after_the_daemon_returns() {
     .await;
     assert!(cache.get(&id).is_none(), "re-listed on reconnect");
 
-    stop.send(true).unwrap();
-    tokio::time::timeout(Duration::from_secs(5), task)
-        .await
-        .expect("stops on shutdown")
-        .unwrap();
+    stop_source(stop, task).await;
     drop(proxy);
 }
 
@@ -268,19 +286,7 @@ async fn a_container_whose_inspect_fails_is_unverified_then_retried() {
     );
 
     // The cache keeps it as unverified, retries, and knows it once the daemon answers.
-    let cache = Arc::new(DockerCache::default());
-    let events = Arc::new(EventCounters::default());
-    let (stop, stop_rx) = watch::channel(false);
-    let config = DockerSourceConfig {
-        socket: sock.clone(),
-        timeout: Duration::from_secs(5),
-        max_backoff: Duration::from_millis(500),
-    };
-    let task = tokio::spawn(run(config, cache.clone(), events.clone(), stop_rx));
-    wait_for("the first list", Duration::from_secs(10), || {
-        cache.status().up
-    })
-    .await;
+    let (cache, events, stop, task) = start_source(&sock).await;
     assert!(cache.get(&c.id).is_none());
     assert!(cache
         .unverified(&c.id)
@@ -297,11 +303,7 @@ async fn a_container_whose_inspect_fails_is_unverified_then_retried() {
     .await;
     assert_eq!(cache.get(&c.id).unwrap().name, c.name);
     assert!(cache.unverified(&c.id).is_none());
-    stop.send(true).unwrap();
-    tokio::time::timeout(Duration::from_secs(5), task)
-        .await
-        .expect("stops on shutdown")
-        .unwrap();
+    stop_source(stop, task).await;
     drop(proxy);
     tokio::task::spawn_blocking(move || drop(c)).await.unwrap();
 }

@@ -200,20 +200,7 @@ fn a_hung_nvml_call_does_not_hold_record_past_a_stop() {
         child.try_wait().unwrap().is_none(),
         "record ended by itself"
     );
-    // SAFETY: plain kill(2) on our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let asked = std::time::Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if asked.elapsed() > std::time::Duration::from_secs(15) {
-            let _ = child.kill();
-            panic!("still running 15 s after SIGTERM");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    };
-    let took = asked.elapsed();
+    let (status, took) = sigterm_and_wait(&mut child);
     assert!(
         took < std::time::Duration::from_secs(6),
         "exit took {took:?}"

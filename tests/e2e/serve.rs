@@ -617,20 +617,7 @@ fn a_hung_nvml_call_turns_health_false_and_does_not_block_shutdown() {
     );
     let (ready, _) = get(&format!("{addr}/-/ready"));
     assert_eq!(ready, 503);
-    // SAFETY: plain kill(2) on our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let asked = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if asked.elapsed() > Duration::from_secs(15) {
-            let _ = child.kill();
-            panic!("still running 15 s after SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let took = asked.elapsed();
+    let (status, took) = sigterm_and_wait(&mut child);
     assert!(took < Duration::from_secs(6), "exit took {took:?}");
     assert_eq!(status.code(), Some(3), "{status}");
     let text = std::fs::read_to_string(&log).unwrap();

@@ -338,3 +338,21 @@ impl Drop for LoopDevice {
         let _ = Command::new("losetup").args(["-d", &self.path]).output();
     }
 }
+
+/// Sends SIGTERM and waits for the child to end, at most 15 s (then kills it and fails);
+/// returns its status and how long it took.
+pub fn sigterm_and_wait(child: &mut Child) -> (std::process::ExitStatus, std::time::Duration) {
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let asked = std::time::Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return (s, asked.elapsed());
+        }
+        if asked.elapsed() > std::time::Duration::from_secs(15) {
+            let _ = child.kill();
+            panic!("still running 15 s after SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
