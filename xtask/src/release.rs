@@ -1,0 +1,117 @@
+//! `cargo xtask release`: the tarball an operator installs from — the stripped binary, the
+//! systemd unit, the example config, the README and the licences — with the oldest glibc the
+//! binary runs on, read from the symbol versions it needs, written beside it and said.
+use crate::setup::run_cmd;
+use crate::{cargo, workspace_root};
+use anyhow::{bail, Context, Result};
+use std::path::Path;
+use std::process::Command;
+
+/// (file in the repository, name in the tarball).
+const FILES: &[(&str, &str)] = &[
+    ("deploy/systemd/gpuwatch.service", "gpuwatch.service"),
+    ("deploy/gpuwatch.yaml", "gpuwatch.yaml"),
+    ("README.md", "README.md"),
+    ("LICENSE-MIT", "LICENSE-MIT"),
+    ("LICENSE-APACHE", "LICENSE-APACHE"),
+    ("LICENSE-GPL2", "LICENSE-GPL2"),
+];
+
+fn say(msg: &str) {
+    eprintln!("[release] {msg}");
+}
+
+pub fn run() -> Result<()> {
+    let root = workspace_root();
+    cargo(&["build", "--release", "-p", "gpuwatch"])?;
+    let name = format!(
+        "gpuwatch-{}-{}-linux-gnu",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::ARCH
+    );
+    let dist = root.join("target/dist");
+    let stage = dist.join(&name);
+    if stage.exists() {
+        std::fs::remove_dir_all(&stage)?;
+    }
+    std::fs::create_dir_all(&stage)?;
+    let binary = stage.join("gpuwatch");
+    run_cmd(
+        Command::new("strip")
+            .arg("-o")
+            .arg(&binary)
+            .arg(root.join("target/release/gpuwatch")),
+        "strip gpuwatch",
+    )?;
+    for (from, to) in FILES {
+        std::fs::copy(root.join(from), stage.join(to))
+            .with_context(|| format!("copying {from}"))?;
+    }
+    let floor = glibc_floor(&binary)?;
+    std::fs::write(
+        stage.join("GLIBC"),
+        format!(
+            "gpuwatch needs glibc {floor} or newer (the newest GLIBC_ symbol version it links).\n"
+        ),
+    )?;
+    let tarball = dist.join(format!("{name}.tar.gz"));
+    run_cmd(
+        Command::new("tar")
+            .arg("-czf")
+            .arg(&tarball)
+            .arg("-C")
+            .arg(&dist)
+            .arg(&name),
+        "tar",
+    )?;
+    say(&format!(
+        "{} (needs glibc {floor} or newer)",
+        tarball.display()
+    ));
+    Ok(())
+}
+
+/// The newest `GLIBC_x.y[.z]` version among the dynamic symbols `binary` needs.
+fn glibc_floor(binary: &Path) -> Result<String> {
+    let out = Command::new("objdump")
+        .arg("-T")
+        .arg(binary)
+        .output()
+        .context("running objdump (binutils)")?;
+    if !out.status.success() {
+        bail!("objdump -T {} failed: {}", binary.display(), out.status);
+    }
+    newest_glibc(&String::from_utf8_lossy(&out.stdout))
+        .with_context(|| format!("{} needs no GLIBC_ symbol version", binary.display()))
+}
+
+/// Parses `objdump -T` output for the newest `GLIBC_` version named.
+fn newest_glibc(objdump: &str) -> Option<String> {
+    objdump
+        .split_whitespace()
+        .filter_map(|word| word.trim_matches(['(', ')']).strip_prefix("GLIBC_"))
+        .filter_map(|v| {
+            let parts: Option<Vec<u32>> = v.split('.').map(|p| p.parse().ok()).collect();
+            parts.map(|p| (p, v.to_owned()))
+        })
+        .max_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, v)| v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::newest_glibc;
+
+    #[test]
+    fn the_floor_is_the_newest_version_by_number_not_by_text() {
+        let objdump = "\
+0000000000000000      DF *UND*  0000000000000000 (GLIBC_2.2.5) free
+0000000000000000      DF *UND*  0000000000000000 (GLIBC_2.34) __libc_start_main
+0000000000000000      DF *UND*  0000000000000000 (GLIBC_2.9) pipe2
+0000000000000000  w   D  *UND*  0000000000000000  GLIBC_PRIVATE __gmon
+0000000000000000      DF *UND*  0000000000000000 (GLIBC_2.28) statx
+";
+        assert_eq!(newest_glibc(objdump).as_deref(), Some("2.34"));
+        assert_eq!(newest_glibc("no versions here"), None);
+    }
+}
