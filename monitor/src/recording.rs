@@ -52,6 +52,8 @@ pub struct WorkloadSeries {
     pub name: String,
     pub image: String,
     pub compose_service: String,
+    /// `namespace/pod` (empty unless a Kubernetes pod's; recordings before it have no column).
+    pub pod: String,
     pub samples: Vec<WorkloadSample>,
 }
 
@@ -201,6 +203,7 @@ pub fn parse(input: impl std::io::Read, path: &Path) -> Result<Recording, Record
                 series.name = text("workload_name").to_owned();
                 series.image = text("image").to_owned();
                 series.compose_service = text("compose_service").to_owned();
+                series.pod = text("pod").to_owned();
                 let verdict = text("verdict");
                 series.samples.push(WorkloadSample {
                     unix_ms,

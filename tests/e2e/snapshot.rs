@@ -407,3 +407,53 @@ fn a_hostile_label_is_escaped_in_the_table_and_the_csv() {
         .expect("the container's series");
     assert_eq!(w.compose_service, hostile, "read back exactly");
 }
+
+/// A pod the kubelet started through Docker: its container carries the kubelet's
+/// `io.kubernetes.*` labels and its cgroup sits under the pod's. The snapshot names the pod and
+/// namespace, and keys the workload as the pod's container (the key its processes' cgroups
+/// give). A plain container wearing the same labels is named by them but keeps its Docker key:
+/// labels are the tenant's, the cgroup is not.
+#[test]
+fn a_pods_container_is_named_by_its_pod_and_keyed_by_its_cgroup() {
+    require_root();
+    let uid = "5d0f7f2e-1c2b-4c3d-9e8f-0a1b2c3d4e5f";
+    let driver = docker(&["info", "--format", "{{.CgroupDriver}}"]);
+    let parent = if driver == "systemd" {
+        format!("kubepods-besteffort-pod{}.slice", uid.replace('-', "_"))
+    } else {
+        format!("/kubepods/besteffort/pod{uid}")
+    };
+    let labels = [
+        ("io.kubernetes.pod.name", "trainer-0"),
+        ("io.kubernetes.pod.namespace", "ml"),
+        ("io.kubernetes.pod.uid", uid),
+        ("io.kubernetes.container.name", "trainer"),
+    ];
+    let pod = Container::start_with(
+        &unique("pod"),
+        &labels,
+        &["--cgroup-parent", &parent],
+        "sleep 3600",
+    );
+    let lookalike = Container::start(&unique("pod-lookalike"), &labels, "sleep 3600");
+    let run = snapshot(
+        &json!({"devices": [{"uuid": "GPU-k", "utilization_gpu": 50, "processes": [
+            {"pid": pod.pid, "used_memory_bytes": GIB, "sm_util": 30},
+            {"pid": lookalike.pid, "used_memory_bytes": 2 * GIB, "sm_util": 20}]}]}),
+        &[],
+    );
+    let w = workload(&run.json, &format!("kubernetes:{uid}/{}", pod.id));
+    assert_eq!(w["name"], pod.name);
+    assert_eq!(
+        w["container"]["kubernetes"],
+        json!({"namespace": "ml", "pod": "trainer-0", "container": "trainer"})
+    );
+    assert_eq!(w["gpu"]["memory_bytes"], GIB);
+    let l = workload(&run.json, &format!("docker:{}", lookalike.id));
+    assert_eq!(l["container"]["kubernetes"]["pod"], "trainer-0");
+    assert_eq!(
+        l["gpu"]["memory_bytes"],
+        2 * GIB,
+        "its GPU use stays its own"
+    );
+}

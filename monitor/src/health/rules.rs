@@ -245,6 +245,9 @@ pub struct ContainerRef {
     pub id: Option<String>,
     pub image: Option<String>,
     pub compose_service: Option<String>,
+    /// `namespace/pod`, where the container is a Kubernetes pod's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
 }
 
 impl ContainerRef {
@@ -255,6 +258,11 @@ impl ContainerRef {
             id: w.container.as_ref().map(|c| c.id.clone()),
             image: w.container.as_ref().map(|c| c.image.clone()),
             compose_service: w.container.as_ref().and_then(|c| c.compose_service.clone()),
+            pod: w
+                .container
+                .as_ref()
+                .and_then(|c| c.kubernetes.as_ref())
+                .map(ToString::to_string),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! What the Docker source knows of a running container.
 use super::gpu_claim::GpuClaim;
+use super::workload::{WorkloadId, WorkloadKind};
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -13,6 +14,45 @@ pub struct GpuDeviceRequest {
     pub capabilities: Vec<Vec<String>>,
 }
 
+/// The Kubernetes pod a container belongs to, from the labels the kubelet puts on the containers
+/// it starts through Docker (`io.kubernetes.pod.name`, `io.kubernetes.pod.namespace`,
+/// `io.kubernetes.container.name`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct KubernetesPod {
+    pub namespace: String,
+    pub pod: String,
+    /// The container's name in the pod spec; absent on the pod's sandbox (`POD`) container.
+    pub container: Option<String>,
+    /// The pod's uid (`io.kubernetes.pod.uid`), which its cgroup path carries.
+    #[serde(skip)]
+    pub uid: Option<String>,
+}
+
+impl KubernetesPod {
+    pub const NAME_LABEL: &str = "io.kubernetes.pod.name";
+    pub const NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
+    pub const CONTAINER_LABEL: &str = "io.kubernetes.container.name";
+    pub const UID_LABEL: &str = "io.kubernetes.pod.uid";
+
+    /// The pod named by a container's labels; `None` unless both pod name and namespace are set.
+    pub fn from_labels(labels: &HashMap<String, String>) -> Option<Self> {
+        let text = |key: &str| labels.get(key).filter(|v| !v.is_empty()).cloned();
+        Some(Self {
+            namespace: text(Self::NAMESPACE_LABEL)?,
+            pod: text(Self::NAME_LABEL)?,
+            container: text(Self::CONTAINER_LABEL),
+            uid: text(Self::UID_LABEL),
+        })
+    }
+}
+
+impl std::fmt::Display for KubernetesPod {
+    /// `namespace/pod`, as kubectl names a pod.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.pod)
+    }
+}
+
 /// What the agent knows of one running container.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ContainerInfo {
@@ -21,6 +61,9 @@ pub struct ContainerInfo {
     pub image: String,
     pub compose_project: Option<String>,
     pub compose_service: Option<String>,
+    /// Its Kubernetes pod, where the kubelet's labels name one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<KubernetesPod>,
     /// RFC 3339 start time.
     pub started_at: Option<String>,
     /// Host PID of the container's init process.
@@ -39,4 +82,16 @@ pub struct ContainerInfo {
     pub blkio_throttled: bool,
     #[serde(skip)]
     pub labels: HashMap<String, String>,
+}
+
+impl ContainerInfo {
+    /// The workload its processes' cgroups name: a pod's container (the kubelet started it
+    /// through Docker, and its cgroup sits under the pod's) is `kubernetes:<pod uid>/<id>`, any
+    /// other container `docker:<id>`.
+    pub fn workload_id(&self) -> WorkloadId {
+        match self.kubernetes.as_ref().and_then(|k| k.uid.as_deref()) {
+            Some(uid) => WorkloadId::new(WorkloadKind::Kubernetes, format!("{uid}/{}", self.id)),
+            None => WorkloadId::new(WorkloadKind::Docker, self.id.as_str()),
+        }
+    }
 }

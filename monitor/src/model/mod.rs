@@ -12,7 +12,7 @@ mod headroom;
 mod verdict;
 mod workload;
 
-pub use container::{ContainerInfo, GpuDeviceRequest};
+pub use container::{ContainerInfo, GpuDeviceRequest, KubernetesPod};
 pub use container_config::{
     AllocatedGpu, ContainerConfig, CpuLimit, GpuAllocation, Memlock, MemoryLimit, ResolvedClaim,
     ShmUse,
@@ -490,6 +490,7 @@ pub mod test_support {
             image: "trainer:latest".into(),
             compose_project: None,
             compose_service: Some("train".into()),
+            kubernetes: None,
             started_at: None,
             init_pid: None,
             gpu_device_requests: Vec::new(),

@@ -5,7 +5,7 @@ use super::escape;
 use crate::model::Snapshot;
 
 /// The columns, in order.
-pub const COLUMNS: [&str; 32] = [
+pub const COLUMNS: [&str; 33] = [
     "timestamp",
     "unix_ms",
     "record",
@@ -24,6 +24,7 @@ pub const COLUMNS: [&str; 32] = [
     "workload_name",
     "image",
     "compose_service",
+    "pod",
     "gpu_memory_bytes",
     "gpu_busy_fraction",
     "busy_source",
@@ -61,7 +62,7 @@ struct Row([String; COLUMNS.len()]);
 
 impl Row {
     fn new(timestamp: &str, unix_ms: u64, record: &str) -> Self {
-        let mut r = Self(Default::default());
+        let mut r = Self(std::array::from_fn(|_| String::new()));
         r.set("timestamp", timestamp);
         r.set("unix_ms", unix_ms);
         r.set("record", record);
@@ -146,6 +147,9 @@ pub fn rows(s: &Snapshot) -> String {
         if let Some(v) = c.and_then(|c| c.compose_service.as_deref()) {
             r.set_text("compose_service", v);
         }
+        if let Some(pod) = c.and_then(|c| c.kubernetes.as_ref()) {
+            r.set_text("pod", &pod.to_string());
+        }
         r.set("gpu_memory_bytes", w.gpu.memory_bytes);
         r.set_opt("gpu_busy_fraction", w.gpu.busy_fraction);
         // The least exact method among its GPUs: an estimate anywhere makes the row one.
@@ -206,6 +210,9 @@ pub fn alert_rows(s: &Snapshot, alerts: &[crate::health::alerts::Alert]) -> Stri
             }
             if let Some(v) = c.compose_service.as_deref() {
                 r.set_text("compose_service", v);
+            }
+            if let Some(v) = c.pod.as_deref() {
+                r.set_text("pod", v);
             }
         }
         r.set("alert_rule", a.rule);

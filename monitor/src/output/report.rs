@@ -48,6 +48,8 @@ pub struct ContainerSummary {
     pub name: String,
     pub image: String,
     pub compose_service: String,
+    /// `namespace/pod`; empty unless a Kubernetes pod's.
+    pub pod: String,
     pub first_seen: String,
     pub last_seen: String,
     pub duration_seconds: f64,
@@ -210,6 +212,7 @@ fn container(rec: &Recording, w: &WorkloadSeries) -> ContainerSummary {
         name: w.name.clone(),
         image: w.image.clone(),
         compose_service: w.compose_service.clone(),
+        pod: w.pod.clone(),
         first_seen: rfc3339(first),
         last_seen: rfc3339(last),
         duration_seconds: last.saturating_sub(first) as f64 / 1000.0,
@@ -254,6 +257,7 @@ fn container_rows(c: &ContainerSummary) -> Vec<(&'static str, String)> {
     vec![
         ("image", c.image.clone()),
         ("compose service", c.compose_service.clone()),
+        ("pod", c.pod.clone()),
         (
             "span",
             format!(

@@ -123,8 +123,12 @@ pub fn render_snapshot(s: &Snapshot) -> String {
                 w.kind.as_str().to_owned(),
                 w.name.clone(),
                 c.map_or("-".to_owned(), |c| c.image.clone()),
-                c.and_then(|c| c.compose_service.clone())
-                    .unwrap_or_else(|| "-".to_owned()),
+                c.and_then(|c| {
+                    c.compose_service
+                        .clone()
+                        .or_else(|| c.kubernetes.as_ref().map(|p| format!("pod {p}")))
+                })
+                .unwrap_or_else(|| "-".to_owned()),
                 if w.gpu.processes == 0 {
                     "-".to_owned()
                 } else {
@@ -260,6 +264,9 @@ pub fn render_alert_line(a: &crate::health::alerts::Alert) -> String {
         let mut s = c.name.clone();
         if let Some(svc) = &c.compose_service {
             let _ = write!(s, " [{svc}]");
+        }
+        if let Some(pod) = &c.pod {
+            let _ = write!(s, " [pod {pod}]");
         }
         if let Some(img) = &c.image {
             let _ = write!(s, " ({img})");

@@ -593,21 +593,7 @@ impl Sampler {
             .map(|c| c.containers())
             .unwrap_or_default();
         for c in &containers {
-            let id = WorkloadId {
-                kind: WorkloadKind::Docker,
-                id: c.id.as_str().into(),
-            };
-            if !self.cgroups.contains_key(&id) {
-                if let Some(pid) = c.init_pid {
-                    match read_process(&self.proc_root, pid) {
-                        Ok(info) => self.remember_cgroup(id.clone(), &info.membership),
-                        Err(e) => self.events.emit(
-                            InternalEvent::ProcReadFailed,
-                            format_args!("container {} init process: {e}", c.name),
-                        ),
-                    }
-                }
-            }
+            let id = self.container_workload(c);
             workloads.insert(id.clone(), new_workload(id, Some(c)));
         }
         if !docker_state.up {
@@ -624,13 +610,47 @@ impl Sampler {
         workloads
     }
 
+    /// The workload a listed container is: `docker:<id>`, or its pod's `kubernetes:<uid>/<id>`
+    /// where its labels name a pod *and* its init process's cgroup sits under that pod (labels
+    /// are the tenant's to set; the cgroup is not). Remembers its cgroup at the first sight.
+    fn container_workload(&mut self, c: &ContainerInfo) -> WorkloadId {
+        let docker = WorkloadId::new(WorkloadKind::Docker, c.id.as_str());
+        let labelled = c.workload_id();
+        for id in [&labelled, &docker] {
+            if self.cgroups.contains_key(id) {
+                return id.clone();
+            }
+        }
+        let Some(pid) = c.init_pid else {
+            return docker;
+        };
+        match read_process(&self.proc_root, pid) {
+            Ok(info) => {
+                let id = if info.workload == labelled {
+                    labelled
+                } else {
+                    docker
+                };
+                self.remember_cgroup(id.clone(), &info.membership);
+                id
+            }
+            Err(e) => {
+                self.events.emit(
+                    InternalEvent::ProcReadFailed,
+                    format_args!("container {} init process: {e}", c.name),
+                );
+                docker
+            }
+        }
+    }
+
     /// Why a Docker workload the cache does not hold is still running: Docker lists it, but
     /// inspecting it failed (the cache retries).
     fn unverified_container(&self, id: &WorkloadId) -> Option<String> {
-        if id.kind != WorkloadKind::Docker {
+        if !matches!(id.kind, WorkloadKind::Docker | WorkloadKind::Kubernetes) {
             return None;
         }
-        self.docker.as_ref()?.unverified(&id.id)
+        self.docker.as_ref()?.unverified(id.container_id()?)
     }
 
     /// The previous round's workloads that are not in this one and whose cgroup is gone, marked

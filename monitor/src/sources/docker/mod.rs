@@ -13,7 +13,7 @@
 mod gpu_claims;
 
 use crate::events::{EventCounters, InternalEvent};
-use crate::model::{ContainerInfo, GpuDeviceRequest};
+use crate::model::{ContainerInfo, GpuDeviceRequest, KubernetesPod};
 use bollard::models::ContainerInspectResponse;
 use bollard::query_parameters::{EventsOptions, InspectContainerOptions, ListContainersOptions};
 use bollard::Docker;
@@ -465,6 +465,7 @@ pub fn container_info(r: ContainerInspectResponse, id: &str) -> Option<Container
         image: config.image.or(r.image).unwrap_or_default(),
         compose_project: labels.get(COMPOSE_PROJECT_LABEL).cloned(),
         compose_service: labels.get(COMPOSE_SERVICE_LABEL).cloned(),
+        kubernetes: KubernetesPod::from_labels(&labels),
         started_at: state.started_at,
         init_pid: state
             .pid
