@@ -522,14 +522,24 @@ impl Collector for SnapshotCollector {
             Gauge,
             ws.iter().map(|(w, l)| {
                 let c = w.container.as_ref();
+                let pod = c.and_then(|c| c.kubernetes.as_ref());
                 (
                     with(
                         l.clone(),
-                        &[(
-                            "compose_project",
-                            c.and_then(|c| c.compose_project.clone())
-                                .unwrap_or_default(),
-                        )],
+                        &[
+                            (
+                                "compose_project",
+                                c.and_then(|c| c.compose_project.clone())
+                                    .unwrap_or_default(),
+                            ),
+                            // Not `namespace` / `pod`: the Prometheus Operator gives every
+                            // target those labels for the agent's own pod.
+                            (
+                                "pod_namespace",
+                                pod.map(|p| p.namespace.clone()).unwrap_or_default(),
+                            ),
+                            ("pod_name", pod.map(|p| p.pod.clone()).unwrap_or_default()),
+                        ],
                     ),
                     1.0,
                 )
@@ -726,6 +736,118 @@ mod tests {
     use super::*;
     use crate::model::test_support::{container, gpu, snapshot};
     use crate::model::WorkloadGpuShare;
+
+    /// A container with every part the encoder reads: 8 GPUs, CPU and memory, stall windows,
+    /// a verdict, a Kubernetes pod.
+    fn full_container(i: usize, gpus: u32) -> crate::model::Workload {
+        use crate::model::{
+            CpuUsage, IoSummary, KubernetesPod, MemoryUsage, StallWindow, Verdict, VerdictKind,
+        };
+        let mut w = container(&format!("train-{i:04}"));
+        let mut info = (**w.container.as_ref().unwrap()).clone();
+        info.kubernetes = Some(KubernetesPod {
+            namespace: "ml".into(),
+            pod: format!("train-{i}"),
+            container: Some("trainer".into()),
+            uid: None,
+        });
+        w.container = Some(Arc::new(info));
+        w.gpu.processes = gpus as usize;
+        w.gpu.busy_fraction = Some(0.8);
+        w.gpu.per_gpu = (0..gpus)
+            .map(|g| WorkloadGpuShare {
+                memory_bytes: 1 << 30,
+                busy_fraction: Some(0.8),
+                split: Some(crate::model::SplitMethod::SoleHolder),
+                device_busy_fraction: Some(0.8),
+                sm_activity_percent: Some(90.0),
+                pids: vec![1000 + g],
+                ..WorkloadGpuShare::new(g, Some(format!("GPU-{g:08}")))
+            })
+            .collect();
+        w.cpu = Some(CpuUsage {
+            usage_seconds_total: 10.0,
+            cores: Some(2.0),
+            limit_cores: Some(4.0),
+            throttled_seconds_total: Some(1.0),
+            throttled_fraction: Some(0.1),
+        });
+        w.memory = Some(MemoryUsage {
+            usage_bytes: 1 << 30,
+            limit_bytes: Some(4 << 30),
+            page_cache_bytes: Some(1 << 20),
+        });
+        let io = IoSummary {
+            count: 10,
+            bytes: 1 << 20,
+            mean_latency_ms: Some(1.0),
+            ..Default::default()
+        };
+        w.stalls = Some(StallWindow {
+            cgroup_id: 1,
+            processes: Vec::new(),
+            reads: io,
+            disk: io,
+            io_traced: true,
+        });
+        w.verdict = Some(Verdict {
+            kind: VerdictKind::InputBoundIo,
+            gpu_busy_fraction: 0.2,
+            gpu_idle_fraction: 0.8,
+            input_bound_share: Some(0.7),
+            trainer_wait_fraction: Some(0.7),
+            sm_activity_fraction: Some(0.9),
+            loader: None,
+            cpu_throttled_fraction: Some(0.1),
+            evidence: Vec::new(),
+            advice: String::new(),
+        });
+        w
+    }
+
+    /// The cardinality budget (docs/metrics.md): at 1,000 containers on 8 GPUs, no series
+    /// carries more than 15 labels (Mimir's default cap is 30), and a container costs at most
+    /// 12 series plus 4 per GPU it holds (10 and 4 today).
+    #[test]
+    fn a_thousand_containers_stay_within_the_cardinality_budget() {
+        const CONTAINERS: usize = 1_000;
+        const GPUS: u32 = 8;
+        let workloads = (0..CONTAINERS).map(|i| full_container(i, GPUS)).collect();
+        let e = Arc::new(Exported {
+            snapshot: snapshot(1_700_000_000_000, (0..GPUS).map(gpu).collect(), workloads),
+            alerts: Vec::new(),
+            xid_totals: BTreeMap::new(),
+        });
+        let text = render(&e).expect("render");
+        let mut per_container: std::collections::HashMap<&str, usize> = Default::default();
+        let mut most_labels = 0;
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let labels = line
+                .split_once('{')
+                .map_or("", |(_, rest)| rest.rsplit_once('}').map_or("", |(l, _)| l));
+            // Label values here hold no `",`: a label ends at each `",`.
+            let count = if labels.is_empty() {
+                0
+            } else {
+                labels.matches("\",").count() + 1
+            };
+            most_labels = most_labels.max(count);
+            if let Some(at) = labels.find("container_name=\"") {
+                let name = &labels[at + 16..];
+                let name = &name[..name.find('"').unwrap()];
+                *per_container.entry(name).or_default() += 1;
+            }
+        }
+        assert_eq!(per_container.len(), CONTAINERS);
+        let worst = per_container.values().copied().max().unwrap();
+        let budget = 12 + 4 * GPUS as usize;
+        assert!(
+            worst <= budget,
+            "{worst} series for one container, budget {budget}"
+        );
+        assert!(most_labels <= 15, "a series with {most_labels} labels");
+        eprintln!("worst container: {worst} series; most labels on a series: {most_labels}");
+    }
 
     #[test]
     fn renders_conventional_names_units_and_labels() {
