@@ -130,3 +130,201 @@ fn every_shipped_rule_keeps_and_names_the_host() {
         assert!(!rules.contains(word), "{word} may drop the host");
     }
 }
+
+/// Across a fleet the dashboard must tell hosts apart: `$job` and `$instance` variables, every
+/// query narrowed by both, every aggregation keeping the host, every legend naming it.
+#[test]
+fn the_dashboard_selects_and_names_the_host() {
+    let text =
+        std::fs::read_to_string(root().join("deploy/grafana/gpuwatch-dashboard.json")).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let variables: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    for name in ["job", "instance", "container"] {
+        assert!(
+            variables.contains(&name),
+            "no ${name} variable: {variables:?}"
+        );
+    }
+    let mut targets = Vec::new();
+    let mut panels: Vec<&serde_json::Value> =
+        dashboard["panels"].as_array().unwrap().iter().collect();
+    while let Some(panel) = panels.pop() {
+        targets.extend(panel["targets"].as_array().into_iter().flatten());
+        panels.extend(panel["panels"].as_array().into_iter().flatten());
+    }
+    assert!(targets.len() >= 15, "{} queries", targets.len());
+    for target in targets {
+        let expr = target["expr"].as_str().unwrap();
+        let selectors = expr.matches("gpuwatch_").count();
+        for matcher in [r#"job=~"$job""#, r#"instance=~"$instance""#] {
+            assert_eq!(
+                expr.matches(matcher).count(),
+                selectors,
+                "{expr} lacks {matcher}"
+            );
+        }
+        for (i, _) in expr.match_indices(" by (") {
+            let labels = &expr[i..i + expr[i..].find(')').unwrap()];
+            assert!(labels.contains("instance"), "{expr} drops the host");
+        }
+        let legend = target["legendFormat"].as_str().unwrap_or_default();
+        assert!(legend.contains("{{instance}}"), "{expr}: legend {legend:?}");
+    }
+}
+
+/// The settings of deploy/compose.yaml's `gpuwatch` service, as `docker run` words (sorted), so
+/// the README's line, compose and the DaemonSet can be held to one set.
+fn compose_settings() -> Vec<String> {
+    let text = std::fs::read_to_string(root().join("deploy/compose.yaml")).unwrap();
+    let compose: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+    let s = &compose["services"]["gpuwatch"];
+    let text_of = |v: &serde_json::Value| v.as_str().unwrap().to_owned();
+    let mut words = vec![
+        format!("--pid={}", text_of(&s["pid"])),
+        format!("--cgroupns={}", text_of(&s["cgroup"])),
+        format!("--network={}", text_of(&s["network_mode"])),
+    ];
+    if s["read_only"] == true {
+        words.push("--read-only".into());
+    }
+    for cap in s["cap_drop"].as_array().unwrap() {
+        words.push(format!("--cap-drop={}", text_of(cap)));
+    }
+    for cap in s["cap_add"].as_array().unwrap() {
+        words.push(format!("--cap-add={}", text_of(cap)));
+    }
+    for volume in s["volumes"].as_array().unwrap() {
+        words.push(format!("-v={}", text_of(volume)));
+    }
+    let devices = &s["deploy"]["resources"]["reservations"]["devices"][0];
+    if devices["driver"] == "nvidia" && devices["count"] == "all" {
+        words.push("--gpus=all".into());
+    }
+    words.sort();
+    words
+}
+
+/// The README's `docker run` line and deploy/compose.yaml say the same thing (the e2e image test
+/// starts the agent from compose.yaml's settings, so the README's line is the tested one).
+#[test]
+fn the_readme_docker_line_is_the_compose_service() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let start = readme
+        .find("docker run -d --name gpuwatch")
+        .expect("the README's docker line");
+    let line = readme[start..readme[start..].find("\n```").unwrap() + start].replace("\\\n", " ");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let mut flags = Vec::new();
+    let mut i = 3; // after `docker run -d`
+    while i < words.len() {
+        let word = words[i];
+        let takes_value = [
+            "--name",
+            "--network",
+            "--cap-drop",
+            "--cap-add",
+            "-v",
+            "--gpus",
+        ];
+        if takes_value.contains(&word) {
+            if word != "--name" {
+                flags.push(format!("{word}={}", words[i + 1]));
+            }
+            i += 2;
+        } else if word.starts_with('-') {
+            flags.push(word.to_owned());
+            i += 1;
+        } else {
+            assert_eq!(&words[i..], ["gpuwatch:latest", "serve"], "{line}");
+            break;
+        }
+    }
+    flags.sort();
+    assert_eq!(flags, compose_settings(), "README: {line}");
+}
+
+/// deploy/kubernetes renders with `kubectl kustomize` (offline) into a DaemonSet that carries
+/// what the image needs: the host's PID namespace, eBPF's capabilities and nothing else, a
+/// read-only root, /sys and the Docker socket read-only, the readiness endpoint, and a Service
+/// and ServiceMonitor that select its pods.
+#[test]
+fn the_kubernetes_manifests_render_and_carry_what_the_image_needs() {
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(root().join("deploy/kubernetes"))
+        .output()
+        .expect("kubectl (Debian's kubernetes-client; `cargo xtask setup --test` installs it)");
+    let rendered = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs: Vec<serde_json::Value> = rendered
+        .split("\n---\n")
+        .map(|d| serde_saphyr::from_str(d).unwrap())
+        .collect();
+    let kind = |k: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == k)
+            .unwrap_or_else(|| panic!("no {k} in:\n{rendered}"))
+    };
+    let ds = kind("DaemonSet");
+    assert_eq!(ds["metadata"]["namespace"], "gpuwatch");
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(pod["hostPID"], true, "GPU processes are found by host PID");
+    let c = &pod["containers"][0];
+    assert_eq!(c["args"][0], "serve");
+    let sc = &c["securityContext"];
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    let compose_caps: Vec<String> = compose_settings()
+        .iter()
+        .filter_map(|w| w.strip_prefix("--cap-add=").map(str::to_owned))
+        .collect();
+    assert_eq!(sc["capabilities"]["add"], serde_json::json!(compose_caps));
+    assert_ne!(sc["privileged"], true);
+    let mounts = c["volumeMounts"].as_array().unwrap();
+    for path in ["/sys", "/var/run/docker.sock"] {
+        let mount = mounts
+            .iter()
+            .find(|m| m["mountPath"] == path)
+            .unwrap_or_else(|| panic!("{path} not mounted"));
+        assert_eq!(mount["readOnly"], true, "{path}");
+        let volume = pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == mount["name"])
+            .unwrap();
+        assert_eq!(volume["hostPath"]["path"], path);
+    }
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/-/ready");
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/-/healthy");
+    assert_eq!(c["ports"][0]["containerPort"], 9879);
+    assert!(c["resources"]["requests"]["memory"].is_string());
+    let pod_labels = &ds["spec"]["template"]["metadata"]["labels"];
+    let service = kind("Service");
+    for (k, v) in service["spec"]["selector"].as_object().unwrap() {
+        assert_eq!(&pod_labels[k], v, "the Service selects the pods");
+    }
+    let monitor = kind("ServiceMonitor");
+    for (k, v) in monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(
+            &service["metadata"]["labels"][k], v,
+            "the ServiceMonitor selects the Service"
+        );
+    }
+    assert_eq!(
+        monitor["spec"]["endpoints"][0]["port"],
+        service["spec"]["ports"][0]["name"]
+    );
+}

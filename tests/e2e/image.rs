@@ -1,5 +1,6 @@
 //! The agent as a container: deploy/Dockerfile built on the local Debian base (`cargo xtask
-//! test` makes it), started with the README's minimal line — host PID and cgroup namespaces,
+//! test` makes it), started with deploy/compose.yaml's settings (the README's minimal line, which
+//! tests/deploy.rs holds to the same flags) — host PID and cgroup namespaces,
 //! every capability dropped but what eBPF needs, a read-only root, /sys and the Docker socket
 //! read-only — with the fake NVML mounted in. It must list a sibling container by name, image
 //! and compose service, and load its probes.
@@ -68,6 +69,43 @@ impl Drop for Image {
     }
 }
 
+/// deploy/compose.yaml's `gpuwatch` service as `docker run` flags: the settings the agent is
+/// started with here are the shipped file's, not a copy of them. The NVIDIA device reservation
+/// is left out (the fake NVML is mounted instead), and BPF/PERFMON become SYS_ADMIN on engines
+/// that do not know them.
+fn compose_service_flags() -> Vec<String> {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/compose.yaml");
+    let text = std::fs::read_to_string(file).unwrap();
+    let compose: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+    let service = &compose["services"]["gpuwatch"];
+    assert_eq!(service["image"], "gpuwatch:latest", "{service:#}");
+    let mut flags = vec![
+        format!("--pid={}", service["pid"].as_str().unwrap()),
+        format!("--cgroupns={}", service["cgroup"].as_str().unwrap()),
+        format!("--network={}", service["network_mode"].as_str().unwrap()),
+    ];
+    assert_eq!(service["read_only"], true, "{service:#}");
+    flags.push("--read-only".into());
+    for cap in service["cap_drop"].as_array().unwrap() {
+        flags.extend(["--cap-drop".into(), cap.as_str().unwrap().to_owned()]);
+    }
+    let added: Vec<&str> = service["cap_add"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert_eq!(added, ["BPF", "PERFMON"], "eBPF's capabilities, no more");
+    flags.extend(ebpf_caps().into_iter().map(str::to_owned));
+    for volume in service["volumes"].as_array().unwrap() {
+        flags.extend(["-v".into(), volume.as_str().unwrap().to_owned()]);
+    }
+    for (key, value) in service["environment"].as_object().unwrap() {
+        flags.extend(["-e".into(), format!("{key}={}", value.as_str().unwrap())]);
+    }
+    flags
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -94,29 +132,13 @@ fn the_agent_runs_as_a_container_with_the_minimal_line() {
     .unwrap();
     let port = free_port();
     let fake = fake_nvml_lib();
-    let mut args: Vec<String> = [
-        "run",
-        "-d",
-        "--name",
-        &unique("image-agent"),
-        "--network",
-        "host",
-        "--pid=host",
-        "--cgroupns=host",
-        "--cap-drop",
-        "ALL",
-    ]
-    .map(str::to_owned)
-    .to_vec();
-    args.extend(ebpf_caps().into_iter().map(str::to_owned));
+    let mut args: Vec<String> = ["run", "-d", "--name", &unique("image-agent")]
+        .map(str::to_owned)
+        .to_vec();
+    args.extend(compose_service_flags());
     args.extend([
-        "--read-only".to_owned(),
-        "-v".into(),
-        "/sys:/sys:ro".into(),
-        "-v".into(),
-        "/var/run/docker.sock:/var/run/docker.sock:ro".into(),
         // The fake NVML, where a host's libnvidia-ml would be mounted.
-        "-v".into(),
+        "-v".to_owned(),
         format!("{}:/usr/lib/libnvidia-ml.so.1:ro", fake.display()),
         "-v".into(),
         format!("{}:/scenario:ro", dir.path().display()),
