@@ -106,13 +106,6 @@ fn compose_service_flags() -> Vec<String> {
     flags
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap()
-}
-
 #[test]
 fn the_agent_runs_as_a_container_with_the_minimal_line() {
     require_root();

@@ -6,67 +6,12 @@ mod support;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::*;
 
 fn deploy() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A child killed (SIGTERM, then waited for) on drop.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        // SAFETY: plain kill(2) on our own child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `gpuwatch serve` on a free port; returns it with the address it printed.
-fn serve(scenario: &Path, extra: &[&str]) -> (Running, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
-        .args([
-            "serve",
-            "--web.listen-address",
-            "127.0.0.1:0",
-            "--interval",
-            "500ms",
-        ])
-        .args(extra)
-        .env("GPUWATCH_NVML_LIB", fake_nvml_lib())
-        .env("FAKE_NVML_SCENARIO", scenario)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    // Warnings about the configuration may come first.
-    let mut before = Vec::new();
-    let addr = loop {
-        let line = lines
-            .next()
-            .unwrap_or_else(|| panic!("serve never said where it listens: {before:#?}"))
-            .unwrap();
-        if let Some((_, a)) = line.rsplit_once("listening on ") {
-            break a.to_owned();
-        }
-        assert!(before.len() < 20, "no listening line in {before:#?}");
-        before.push(line);
-    };
-    // Keep draining stderr so the agent never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    (Running(child), addr)
 }
 
 fn get(url: &str) -> (u16, String) {
@@ -80,48 +25,15 @@ fn get(url: &str) -> (u16, String) {
     (status, r.body_mut().read_to_string().unwrap_or_default())
 }
 
-fn promql(prom: &str, query: &str) -> Value {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(5)))
-        .build()
-        .into();
-    let body = agent
-        .get(&format!("{prom}/api/v1/query"))
-        .query("query", query)
-        .call()
-        .and_then(|mut r| r.body_mut().read_to_string());
-    match body {
-        Ok(b) => serde_json::from_str(&b).unwrap_or(Value::Null),
-        Err(_) => Value::Null, // Prometheus still starting
-    }
+/// Starts a real Prometheus with the shipped rules and `scrape_configs` (YAML, indented by two
+/// spaces); returns it with its URL.
+fn prometheus(dir: &Path, scrape_configs: &str) -> (Running, String) {
+    support::prometheus(dir, &format!("scrape_configs:\n{scrape_configs}"))
 }
 
-/// Starts a real Prometheus on a free port with `scrape_configs` (YAML, indented by two spaces);
-/// returns it with its URL.
-fn prometheus(dir: &Path, scrape_configs: &str) -> (Running, String) {
-    let port = free_port();
-    let config = dir.join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nrule_files: [{}]\nscrape_configs:\n{scrape_configs}",
-            deploy().join("prometheus/gpuwatch-rules.yml").display()
-        ),
-    )
-    .unwrap();
-    let child = Command::new("prometheus")
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("tsdb").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .arg("--log.level=warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("prometheus (Debian package `prometheus`, installed by `cargo xtask setup`)");
-    (Running(child), format!("http://127.0.0.1:{port}"))
+/// `gpuwatch serve` on a free port with the fake NVML reading `scenario`.
+fn serve(scenario: &Path, extra: &[&str]) -> (Running, String) {
+    serve_as(None, scenario, extra)
 }
 
 /// `up` of a scrape job, once it has been scraped (each job's first scrape comes at its own

@@ -356,3 +356,118 @@ pub fn sigterm_and_wait(child: &mut Child) -> (std::process::ExitStatus, std::ti
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+/// A port nothing listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap()
+}
+
+/// A child killed (SIGTERM, then waited for) on drop.
+pub struct Running(pub Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // SAFETY: plain kill(2) on our own child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `gpuwatch serve` on a free port (every 500 ms unless `extra` sets `--interval`) with
+/// the fake NVML reading `scenario`, under
+/// `hostname` in a UTS namespace of its own when given; returns it with the address it printed.
+pub fn serve_as(hostname: Option<&str>, scenario: &Path, extra: &[&str]) -> (Running, String) {
+    use std::io::{BufRead, BufReader};
+    let mut cmd = match hostname {
+        Some(h) => {
+            let mut c = Command::new("unshare");
+            c.args(["--uts", "sh", "-c", r#"hostname "$0" && exec "$@""#, h])
+                .arg(env!("CARGO_BIN_EXE_gpuwatch"));
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_gpuwatch")),
+    };
+    cmd.args(["serve", "--web.listen-address", "127.0.0.1:0"]);
+    if !extra.contains(&"--interval") {
+        cmd.args(["--interval", "500ms"]);
+    }
+    let mut child = cmd
+        .args(extra)
+        .env("GPUWATCH_NVML_LIB", fake_nvml_lib())
+        .env("FAKE_NVML_SCENARIO", scenario)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    // Warnings about the configuration may come first.
+    let mut before = Vec::new();
+    let addr = loop {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("serve never said where it listens: {before:#?}"))
+            .unwrap();
+        if let Some((_, a)) = line.rsplit_once("listening on ") {
+            break a.to_owned();
+        }
+        assert!(before.len() < 20, "no listening line in {before:#?}");
+        before.push(line);
+    };
+    // Keep draining stderr so the agent never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (Running(child), addr)
+}
+
+/// A PromQL instant query against a Prometheus-compatible API (Prometheus, VictoriaMetrics);
+/// `Null` while the server is still starting.
+pub fn promql(server: &str, query: &str) -> Value {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(std::time::Duration::from_secs(5)))
+        .build()
+        .into();
+    let body = agent
+        .get(&format!("{server}/api/v1/query"))
+        .query("query", query)
+        .call()
+        .and_then(|mut r| r.body_mut().read_to_string());
+    match body {
+        Ok(b) => serde_json::from_str(&b).unwrap_or(Value::Null),
+        Err(_) => Value::Null,
+    }
+}
+
+/// Starts a real Prometheus (Debian's package) on a free port, scraping every second, with the
+/// shipped rules and `config` (top-level YAML: `scrape_configs`, `remote_write`); returns it
+/// with its URL.
+pub fn prometheus(dir: &Path, config: &str) -> (Running, String) {
+    let port = free_port();
+    let file = dir.join("prometheus.yml");
+    let rules =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/prometheus/gpuwatch-rules.yml");
+    std::fs::write(
+        &file,
+        format!(
+            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nrule_files: [{}]\n{config}",
+            rules.display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new("prometheus")
+        .arg(format!("--config.file={}", file.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("tsdb").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .arg("--log.level=warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect(
+            "prometheus (Debian package `prometheus`, installed by `cargo xtask setup --test`)",
+        );
+    (Running(child), format!("http://127.0.0.1:{port}"))
+}
