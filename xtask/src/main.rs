@@ -5,10 +5,12 @@
 mod bench_vs_nvitop;
 mod gpu_bundle;
 mod image;
+mod release;
 mod setup;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+use setup::Purpose;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -21,9 +23,13 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Install and start what building and testing need (nightly rust-src, bpf-linker, Docker,
-    /// busybox-static, tracefs). Safe to run again.
-    Setup,
+    /// Install what building and running gpuwatch needs (the pinned toolchains, bpf-linker, a C
+    /// compiler, tracefs); with `--test`, also what the tests need (Docker, started; busybox,
+    /// Prometheus, tmux, kubectl, VictoriaMetrics). Safe to run again.
+    Setup {
+        #[arg(long)]
+        test: bool,
+    },
     /// Set up, then run formatting and lint checks and the whole test suite (unit, eBPF and
     /// real-Docker end-to-end tests).
     Test {
@@ -57,6 +63,9 @@ enum Task {
     /// On a GPU machine (the carried xtask, as root): gpuwatch's and nvitop's steady CPU per
     /// second and peak RSS over the same GPU load, one after the other, with the ratios.
     BenchVsNvitop(bench_vs_nvitop::Args),
+    /// Build the release tarball under target/dist: the stripped binary, the systemd unit, the
+    /// example config, the README and the licences, with the glibc floor it needs.
+    Release,
     /// Set up, build the release binary and run it with these arguments (default: `snapshot`).
     Run {
         #[arg(last = true)]
@@ -66,15 +75,17 @@ enum Task {
 
 fn main() -> Result<()> {
     match Cli::parse().task {
-        Task::Setup => setup::run(),
+        Task::Setup { test: false } => setup::run(Purpose::Run),
+        Task::Setup { test: true } => setup::run(Purpose::Test),
         Task::Test { no_lint, args } => {
-            setup::run()?;
+            setup::run(Purpose::Test)?;
             // The e2e test of the agent's image builds deploy/Dockerfile on this base.
             image::base()?;
             test(no_lint, &args)
         }
         Task::Image => {
-            setup::run()?;
+            setup::run(Purpose::Run)?;
+            setup::docker()?;
             image::run()
         }
         Task::Bench { args } => {
@@ -87,7 +98,7 @@ fn main() -> Result<()> {
             cargo(&a)
         }
         Task::BenchProbes { args } => {
-            setup::run()?;
+            setup::run(Purpose::Run)?;
             cargo(&[
                 "build",
                 "--release",
@@ -107,11 +118,15 @@ fn main() -> Result<()> {
             Ok(())
         }
         Task::Run { args } => {
-            setup::run()?;
+            setup::run(Purpose::Run)?;
             run(&args)
         }
+        Task::Release => {
+            setup::run(Purpose::Run)?;
+            release::run()
+        }
         Task::GpuBundle => {
-            setup::run()?;
+            setup::run(Purpose::Test)?;
             gpu_bundle::run_bundle()
         }
         Task::BenchVsNvitop(args) => bench_vs_nvitop::run(args),

@@ -8,16 +8,52 @@ use std::time::{Duration, Instant};
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const DOCKER_SOCKET: &str = "/var/run/docker.sock";
 
-pub fn run() -> Result<()> {
+/// What the machine is being set up for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// Building and running gpuwatch: the toolchains, bpf-linker, a C compiler, tracefs.
+    Run,
+    /// Also the tests' own dependencies: Docker (installed and started), busybox-static,
+    /// Prometheus, tmux, kubectl, VictoriaMetrics.
+    Test,
+}
+
+pub fn run(purpose: Purpose) -> Result<()> {
+    debian_packages("build tools", BUILD_PACKAGES)?;
     userspace_components()?;
     rust_src()?;
     bpf_linker()?;
-    debian_packages()?;
-    dockerd()?;
     tracefs()?;
+    if purpose == Purpose::Test {
+        debian_packages("test dependencies", TEST_PACKAGES)?;
+        dockerd()?;
+    }
     say("ready");
     Ok(())
 }
+
+/// A running Docker engine (installed from Debian when missing), for the image build.
+pub fn docker() -> Result<()> {
+    debian_packages("Docker", &[("dockerd", "docker.io")])?;
+    dockerd()
+}
+
+/// (command, Debian package): what building needs — bpf-linker and the agent link with cc.
+const BUILD_PACKAGES: &[(&str, &str)] = &[("cc", "gcc"), ("pkg-config", "pkg-config")];
+
+/// (command, Debian package): dockerd for the end-to-end tests; busybox-static for the offline
+/// test image; Prometheus (and its promtool) to scrape `gpuwatch serve` and check deploy/'s
+/// rules; tmux to drive `gpuwatch top`; kubectl to render deploy/kubernetes; VictoriaMetrics
+/// for the fleet test's remote_write.
+const TEST_PACKAGES: &[(&str, &str)] = &[
+    ("dockerd", "docker.io"),
+    ("busybox", "busybox-static"),
+    ("prometheus", "prometheus"),
+    ("promtool", "prometheus"),
+    ("tmux", "tmux"),
+    ("kubectl", "kubernetes-client"),
+    ("victoria-metrics", "victoria-metrics"),
+];
 
 fn say(msg: &str) {
     eprintln!("[setup] {msg}");
@@ -184,17 +220,7 @@ fn bpf_linker() -> Result<()> {
     )
 }
 
-fn debian_packages() -> Result<()> {
-    // dockerd for the end-to-end tests; busybox-static for the offline test image; Prometheus
-    // (and its promtool) to scrape `gpuwatch serve` and check deploy/'s rules; tmux to drive
-    // `gpuwatch top`.
-    let wanted = [
-        ("dockerd", "docker.io"),
-        ("busybox", "busybox-static"),
-        ("prometheus", "prometheus"),
-        ("promtool", "prometheus"),
-        ("tmux", "tmux"),
-    ];
+fn debian_packages(what: &str, wanted: &[(&str, &str)]) -> Result<()> {
     let mut missing: Vec<&str> = wanted
         .iter()
         .filter(|(bin, _)| output("sh", &["-c", &format!("command -v {bin}")]).is_none())
@@ -202,7 +228,7 @@ fn debian_packages() -> Result<()> {
         .collect();
     missing.dedup();
     if missing.is_empty() {
-        say("docker.io, busybox-static, prometheus, tmux: present");
+        say(&format!("{what}: present"));
         return Ok(());
     }
     if !is_root() {
