@@ -457,3 +457,95 @@ fn a_pods_container_is_named_by_its_pod_and_keyed_by_its_cgroup() {
         "its GPU use stays its own"
     );
 }
+
+/// `gpuwatch snapshot --json` started through `wrapper` (a shell line ending in `exec "$@"`),
+/// NVML faked with one GPU process `pid`; returns the snapshot and the log.
+fn snapshot_wrapped(wrapper: &str, pid: u32) -> (Value, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("s.json");
+    let devices = json!({"devices": [{"uuid": "GPU-ns", "processes": [
+        {"pid": pid, "used_memory_bytes": GIB, "sm_util": 50}]}]});
+    std::fs::write(&scenario, devices.to_string()).unwrap();
+    let out = std::process::Command::new("sh")
+        .args(["-c", wrapper, "sh", env!("CARGO_BIN_EXE_gpuwatch")])
+        .args(["snapshot", "--json", "--window", "300ms", "--no-docker"])
+        .env("GPUWATCH_NVML_LIB", fake_nvml_lib())
+        .env("FAKE_NVML_SCENARIO", &scenario)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    (serde_json::from_slice(&out.stdout).unwrap(), stderr)
+}
+
+/// An agent in a container started without the host's namespaces says what it cannot see, in
+/// its log, its snapshot and doctor, instead of reporting an empty host: its own PID namespace
+/// (no GPU process can be attributed), its own cgroup namespace (cgroup paths are its own).
+/// On the host it says nothing.
+#[test]
+fn an_agent_without_the_host_namespaces_says_what_it_cannot_see() {
+    require_root();
+    let host = HostProcess::spawn();
+    let (snap, _) = snapshot_wrapped(r#"exec "$@""#, host.pid());
+    assert!(
+        snap["host"].get("blind_spots").is_none(),
+        "{:#}",
+        snap["host"]
+    );
+
+    let (snap, log) =
+        snapshot_wrapped(r#"exec unshare --pid --fork --mount-proc "$@""#, host.pid());
+    assert_eq!(
+        snap["host"]["blind_spots"],
+        json!(["private_pid_namespace"])
+    );
+    assert!(
+        log.contains("not in the host PID namespace") && log.contains("--pid=host"),
+        "{log}"
+    );
+
+    // A cgroup namespace rooted at a cgroup of its own, as Docker's private cgroupns is.
+    let unified = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+        .into_iter()
+        .find(|d| std::path::Path::new(d).join("cgroup.controllers").exists())
+        .expect("a cgroup v2 hierarchy");
+    let cgroup = std::path::Path::new(unified).join(unique("cgroupns"));
+    std::fs::create_dir(&cgroup).unwrap();
+    let wrapper = format!(
+        r#"echo $$ > {}/cgroup.procs && exec unshare --cgroup "$@""#,
+        cgroup.display()
+    );
+    let (snap, log) = snapshot_wrapped(&wrapper, host.pid());
+    std::fs::remove_dir(&cgroup).unwrap();
+    assert_eq!(
+        snap["host"]["blind_spots"],
+        json!(["private_cgroup_namespace"])
+    );
+    assert!(log.contains("--cgroupns=host"), "{log}");
+
+    let doctor = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(env!("CARGO_BIN_EXE_gpuwatch"))
+        .args([
+            "doctor",
+            "--no-nvml",
+            "--no-docker",
+            "--no-ebpf",
+            "--window",
+            "1s",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&doctor.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&doctor.stderr)));
+    let check = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "host_namespaces")
+        .unwrap_or_else(|| panic!("no namespace check: {report:#}"));
+    assert_eq!(check["status"], "risk", "{check:#}");
+    assert!(check["action"].as_str().unwrap().contains("--pid=host"));
+    assert_eq!(doctor.status.code(), Some(2), "doctor's at-risk status");
+}

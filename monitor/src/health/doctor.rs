@@ -3,7 +3,7 @@
 //! to do. Any `risk` makes the command exit non-zero, so it can gate a training launch.
 use super::rules::{self, ContainerRef, Outcome};
 use super::trend::Series;
-use crate::model::WorkloadKind;
+use crate::model::{BlindSpot, SourceState, WorkloadKind};
 
 use crate::model::Snapshot;
 use crate::units::{duration, ByteSize};
@@ -134,6 +134,15 @@ fn level<T: PartialOrd>(v: T, ok: T, risk: T) -> Status {
 }
 
 /// Runs every check over `snaps`, oldest first (at least one).
+/// A source turned off on purpose (`--no-nvml`, `--no-docker`, `--no-ebpf`) is no finding.
+fn disabled(state: &SourceState) -> bool {
+    !state.up
+        && state
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.ends_with("disabled"))
+}
+
 pub fn examine(snaps: &[Snapshot], c: &DoctorConfig) -> Report {
     let mut checks = Vec::new();
     let mut check = |check: &'static str,
@@ -165,6 +174,21 @@ pub fn examine(snaps: &[Snapshot], c: &DoctorConfig) -> Report {
     };
     let window = (last.monotonic_ms.saturating_sub(first.monotonic_ms)) as f64 / 1000.0;
 
+    // Where the agent runs: a namespace of its own hides part of the host.
+    for spot in &last.host.blind_spots {
+        check(
+            "host_namespaces",
+            "host".into(),
+            match spot {
+                BlindSpot::PrivatePidNamespace => Status::Risk,
+                BlindSpot::PrivateCgroupNamespace => Status::Warning,
+            },
+            spot.consequence().into(),
+            "the host's PID and cgroup namespaces".into(),
+            spot.fix(),
+        );
+    }
+
     // Sources.
     if last.sources.nvml.up {
         let worst = snaps
@@ -188,7 +212,7 @@ pub fn examine(snaps: &[Snapshot], c: &DoctorConfig) -> Report {
             "The driver answers slowly: run nvidia-persistenced (or `nvidia-smi -pm 1`); if it \
              stays slow, reinstall the driver.",
         );
-    } else {
+    } else if !disabled(&last.sources.nvml) {
         check(
             "nvml",
             "host".into(),
@@ -202,12 +226,7 @@ pub fn examine(snaps: &[Snapshot], c: &DoctorConfig) -> Report {
         ("docker", &last.sources.docker),
         ("ebpf", &last.sources.ebpf),
     ] {
-        // A source turned off on purpose is no finding.
-        let disabled = state
-            .detail
-            .as_deref()
-            .is_some_and(|d| d.ends_with("disabled"));
-        if !state.up && !disabled {
+        if !state.up && !disabled(state) {
             check(
                 if name == "docker" {
                     "docker"
@@ -536,6 +555,38 @@ mod tests {
         assert_eq!(r.status, Status::Ok, "{:#?}", r.checks);
         assert!(r.checks.iter().any(|c| c.check == "ecc_errors"));
         assert!(r.checks.iter().all(|c| c.action.is_empty()));
+    }
+
+    /// `--no-nvml` (or `--no-docker`, `--no-ebpf`) is a choice, not a risk; NVML that fails
+    /// to load is one; a private PID namespace is one too, and says how to fix it.
+    #[test]
+    fn sources_turned_off_are_no_finding_but_blind_spots_are() {
+        let off = |nvml: SourceState| {
+            let mut s = snapshot(0, vec![], vec![]);
+            s.sources.nvml = nvml;
+            s.sources.docker = SourceState::down("disabled");
+            s.sources.ebpf = SourceState::down("disabled");
+            let r = examine(&[s.clone(), s], &DoctorConfig::default());
+            (
+                r.status,
+                r.checks.iter().map(|c| c.check).collect::<Vec<_>>(),
+            )
+        };
+        assert_eq!(off(SourceState::down("disabled")), (Status::Ok, vec![]));
+        assert_eq!(
+            off(SourceState::down("libnvidia-ml.so.1: not found")),
+            (Status::Risk, vec!["nvml"])
+        );
+        let mut s = snapshot(0, vec![gpu(0)], vec![]);
+        s.host.blind_spots = vec![BlindSpot::PrivatePidNamespace];
+        let r = examine(&[s.clone(), s], &DoctorConfig::default());
+        let c = r
+            .checks
+            .iter()
+            .find(|c| c.check == "host_namespaces")
+            .unwrap();
+        assert_eq!((r.status, c.status), (Status::Risk, Status::Risk));
+        assert!(c.action.contains("--pid=host"), "{c:?}");
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub use workload::{CgroupMode, WorkloadId, WorkloadKind};
 
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::fmt;
 use std::sync::Arc;
 
 /// 2: GPU busy from the device's utilisation series with its method (`busy`), GPM SM activity,
@@ -117,6 +118,52 @@ pub struct HostInfo {
     pub kernel: String,
     pub cgroup_mode: CgroupMode,
     pub nvml_driver_version: Option<String>,
+    /// What the agent cannot see of the host from where it runs (a container started without
+    /// the host's namespaces); empty when it sees everything.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub blind_spots: Vec<BlindSpot>,
+}
+
+/// A host namespace the agent does not share, and so a part of the host it cannot see.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlindSpot {
+    /// Its own PID namespace: the GPU processes NVML names by host PID are not in its /proc.
+    PrivatePidNamespace,
+    /// Its own cgroup namespace: other processes' cgroup paths are relative to its own.
+    PrivateCgroupNamespace,
+}
+
+impl BlindSpot {
+    /// What the agent cannot do because of it.
+    pub fn consequence(self) -> &'static str {
+        match self {
+            Self::PrivatePidNamespace => {
+                "not in the host PID namespace: GPU processes cannot be attributed to containers"
+            }
+            Self::PrivateCgroupNamespace => {
+                "not in the host cgroup namespace: container cgroups (CPU, memory, stalls) \
+                 cannot be found"
+            }
+        }
+    }
+
+    /// How to give the agent the host's view.
+    pub fn fix(self) -> &'static str {
+        match self {
+            Self::PrivatePidNamespace => {
+                "run it with --pid=host (Kubernetes: hostPID: true), or give it the host's /proc \
+                 with --proc-root"
+            }
+            Self::PrivateCgroupNamespace => "run it with --cgroupns=host",
+        }
+    }
+}
+
+impl fmt::Display for BlindSpot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.consequence())
+    }
 }
 
 /// Whether each source is delivering, and why not.
@@ -518,6 +565,7 @@ pub mod test_support {
                 kernel: "6.18".into(),
                 cgroup_mode: CgroupMode::V2,
                 nvml_driver_version: None,
+                blind_spots: Vec::new(),
             },
             sources: Sources {
                 nvml: SourceState::up(),

@@ -9,6 +9,7 @@
 mod cgroups;
 mod container_config;
 pub mod io_tracing;
+mod namespaces;
 mod pending;
 mod stalls;
 
@@ -181,7 +182,11 @@ impl Sampler {
             kernel: read_trimmed("/proc/sys/kernel/osrelease"),
             cgroup_mode: layout.mode,
             nvml_driver_version: gpu.as_ref().ok().and_then(|g| g.driver_version.clone()),
+            blind_spots: namespaces::blind_spots(&config.proc_root),
         };
+        for spot in &host.blind_spots {
+            tracing::warn!("{}; {}", spot.consequence(), spot.fix());
+        }
         Self {
             layout,
             host,
