@@ -25,7 +25,7 @@ struct Cli {
 enum Task {
     /// Install what building and running gpuwatch needs (the pinned toolchains, bpf-linker, a C
     /// compiler, tracefs); with `--test`, also what the tests need (Docker, started; busybox,
-    /// Prometheus, tmux, kubectl, VictoriaMetrics). Safe to run again.
+    /// Prometheus, tmux, kubectl, VictoriaMetrics, Podman). Safe to run again.
     Setup {
         #[arg(long)]
         test: bool,

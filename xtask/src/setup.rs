@@ -44,7 +44,8 @@ const BUILD_PACKAGES: &[(&str, &str)] = &[("cc", "gcc"), ("pkg-config", "pkg-con
 /// (command, Debian package): dockerd for the end-to-end tests; busybox-static for the offline
 /// test image; Prometheus (and its promtool) to scrape `gpuwatch serve` and check deploy/'s
 /// rules; tmux to drive `gpuwatch top`; kubectl to render deploy/kubernetes; VictoriaMetrics
-/// for the fleet test's remote_write.
+/// for the fleet test's remote_write; Podman, whose Docker-compatible service the agent must
+/// name as Podman.
 const TEST_PACKAGES: &[(&str, &str)] = &[
     ("dockerd", "docker.io"),
     ("busybox", "busybox-static"),
@@ -53,6 +54,7 @@ const TEST_PACKAGES: &[(&str, &str)] = &[
     ("tmux", "tmux"),
     ("kubectl", "kubernetes-client"),
     ("victoria-metrics", "victoria-metrics"),
+    ("podman", "podman"),
 ];
 
 fn say(msg: &str) {

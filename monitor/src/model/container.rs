@@ -53,10 +53,32 @@ impl std::fmt::Display for KubernetesPod {
     }
 }
 
+/// The engine that runs a container, behind the same Docker API.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    #[default]
+    Docker,
+    /// Podman's Docker-compatible service (`podman system service`).
+    Podman,
+}
+
+impl Engine {
+    /// The workload kind its containers' cgroups classify as (`docker-<id>` / `libpod-<id>`).
+    pub fn workload_kind(self) -> WorkloadKind {
+        match self {
+            Self::Docker => WorkloadKind::Docker,
+            Self::Podman => WorkloadKind::Podman,
+        }
+    }
+}
+
 /// What the agent knows of one running container.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ContainerInfo {
     pub id: String,
+    /// Docker, or Podman answering Docker's API.
+    pub engine: Engine,
     pub name: String,
     pub image: String,
     pub compose_project: Option<String>,
@@ -87,11 +109,16 @@ pub struct ContainerInfo {
 impl ContainerInfo {
     /// The workload its processes' cgroups name: a pod's container (the kubelet started it
     /// through Docker, and its cgroup sits under the pod's) is `kubernetes:<pod uid>/<id>`, any
-    /// other container `docker:<id>`.
+    /// other container `docker:<id>` or `podman:<id>` by its engine.
     pub fn workload_id(&self) -> WorkloadId {
         match self.kubernetes.as_ref().and_then(|k| k.uid.as_deref()) {
             Some(uid) => WorkloadId::new(WorkloadKind::Kubernetes, format!("{uid}/{}", self.id)),
-            None => WorkloadId::new(WorkloadKind::Docker, self.id.as_str()),
+            None => self.engine_workload_id(),
         }
+    }
+
+    /// `docker:<id>` or `podman:<id>`: the workload by its engine alone.
+    pub fn engine_workload_id(&self) -> WorkloadId {
+        WorkloadId::new(self.engine.workload_kind(), self.id.as_str())
     }
 }

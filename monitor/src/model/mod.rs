@@ -12,7 +12,7 @@ mod headroom;
 mod verdict;
 mod workload;
 
-pub use container::{ContainerInfo, GpuDeviceRequest, KubernetesPod};
+pub use container::{ContainerInfo, Engine, GpuDeviceRequest, KubernetesPod};
 pub use container_config::{
     AllocatedGpu, ContainerConfig, CpuLimit, GpuAllocation, Memlock, MemoryLimit, ResolvedClaim,
     ShmUse,
@@ -533,6 +533,7 @@ pub mod test_support {
         };
         let info = ContainerInfo {
             id: id.id.to_string(),
+            engine: Engine::Docker,
             name: name.into(),
             image: "trainer:latest".into(),
             compose_project: None,

@@ -619,7 +619,7 @@ impl Sampler {
     /// where its labels name a pod *and* its init process's cgroup sits under that pod (labels
     /// are the tenant's to set; the cgroup is not). Remembers its cgroup at the first sight.
     fn container_workload(&mut self, c: &ContainerInfo) -> WorkloadId {
-        let docker = WorkloadId::new(WorkloadKind::Docker, c.id.as_str());
+        let docker = c.engine_workload_id();
         let labelled = c.workload_id();
         for id in [&labelled, &docker] {
             if self.cgroups.contains_key(id) {
@@ -652,7 +652,10 @@ impl Sampler {
     /// Why a Docker workload the cache does not hold is still running: Docker lists it, but
     /// inspecting it failed (the cache retries).
     fn unverified_container(&self, id: &WorkloadId) -> Option<String> {
-        if !matches!(id.kind, WorkloadKind::Docker | WorkloadKind::Kubernetes) {
+        if !matches!(
+            id.kind,
+            WorkloadKind::Docker | WorkloadKind::Podman | WorkloadKind::Kubernetes
+        ) {
             return None;
         }
         self.docker.as_ref()?.unverified(id.container_id()?)

@@ -13,7 +13,7 @@
 mod gpu_claims;
 
 use crate::events::{EventCounters, InternalEvent};
-use crate::model::{ContainerInfo, GpuDeviceRequest, KubernetesPod};
+use crate::model::{ContainerInfo, Engine, GpuDeviceRequest, KubernetesPod};
 use bollard::models::ContainerInspectResponse;
 use bollard::query_parameters::{EventsOptions, InspectContainerOptions, ListContainersOptions};
 use bollard::Docker;
@@ -199,6 +199,30 @@ enum FollowError {
     StreamEnded { socket: String },
 }
 
+/// A connected engine: Docker's API, answered by Docker or by Podman's compatible service.
+struct Daemon {
+    docker: Docker,
+    engine: Engine,
+}
+
+impl Daemon {
+    /// Which engine answers, from `/version`: Podman names its own component.
+    async fn identify(docker: Docker) -> Result<Self, bollard::errors::Error> {
+        let version = docker.version().await?;
+        let podman = version
+            .components
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.name.contains("Podman"));
+        let engine = if podman {
+            Engine::Podman
+        } else {
+            Engine::Docker
+        };
+        Ok(Self { docker, engine })
+    }
+}
+
 async fn connect_and_follow(
     config: &DockerSourceConfig,
     cache: &DockerCache,
@@ -221,6 +245,13 @@ async fn connect_and_follow(
         socket: socket.clone(),
         source,
     })?;
+    let daemon = Daemon::identify(docker)
+        .await
+        .map_err(|source| FollowError::Connect {
+            socket: socket.clone(),
+            source,
+        })?;
+    let docker = &daemon.docker;
     let request = |what| {
         let socket = socket.clone();
         move |source| FollowError::Request {
@@ -251,7 +282,7 @@ async fn connect_and_follow(
     // Built apart and swapped in at once: readers keep the last known containers meanwhile.
     let (mut containers, mut unverified) = (HashMap::new(), HashMap::new());
     for id in listed.into_iter().filter_map(|c| c.id) {
-        match inspect_outcome(&docker, &id, events, None).await {
+        match inspect_outcome(&daemon, &id, events, None).await {
             InspectOutcome::Running(info) => {
                 containers.insert(id, Arc::new(*info));
             }
@@ -271,7 +302,7 @@ async fn connect_and_follow(
             attempted: true,
         };
     }
-    tracing::info!(socket = %socket, containers = cache.read().containers.len(), "Docker source up");
+    tracing::info!(socket = %socket, engine = ?daemon.engine, containers = cache.read().containers.len(), "Docker source up");
 
     let mut retry = tokio::time::interval(RETRY_EVERY);
     let mut resync = tokio::time::interval(RESYNC_EVERY);
@@ -280,11 +311,11 @@ async fn connect_and_follow(
         let item = tokio::select! {
             item = stream.next() => item,
             _ = retry.tick() => {
-                retry_unverified(&docker, cache, events).await;
+                retry_unverified(&daemon, cache, events).await;
                 continue;
             }
             _ = resync.tick() => {
-                resync_list(&docker, cache, events).await.map_err(request("listing containers"))?;
+                resync_list(&daemon, cache, events).await.map_err(request("listing containers"))?;
                 continue;
             }
             _ = shutdown.changed() => return Ok(()),
@@ -299,7 +330,7 @@ async fn connect_and_follow(
         };
         match action {
             "start" | "rename" | "unpause" => {
-                let outcome = inspect_outcome(&docker, &id, events, None).await;
+                let outcome = inspect_outcome(&daemon, &id, events, None).await;
                 cache.record_inspect(&id, outcome);
             }
             "die" | "destroy" => cache.record_inspect(&id, InspectOutcome::NotRunning),
@@ -318,12 +349,12 @@ enum InspectOutcome {
 /// Inspects `id`; a failure is logged and counted, or only counted when it repeats `before`
 /// (the error of the last try).
 async fn inspect_outcome(
-    docker: &Docker,
+    daemon: &Daemon,
     id: &str,
     events: &EventCounters,
     before: Option<&str>,
 ) -> InspectOutcome {
-    match inspect(docker, id).await {
+    match inspect(daemon, id).await {
         Ok(Some(info)) => InspectOutcome::Running(Box::new(info)),
         Ok(None) => InspectOutcome::NotRunning,
         Err(e) => {
@@ -339,7 +370,7 @@ async fn inspect_outcome(
 }
 
 /// Asks again about the containers whose inspect failed.
-async fn retry_unverified(docker: &Docker, cache: &DockerCache, events: &EventCounters) {
+async fn retry_unverified(daemon: &Daemon, cache: &DockerCache, events: &EventCounters) {
     let pending: Vec<(String, String)> = cache
         .read()
         .unverified
@@ -347,7 +378,7 @@ async fn retry_unverified(docker: &Docker, cache: &DockerCache, events: &EventCo
         .map(|(id, e)| (id.clone(), e.clone()))
         .collect();
     for (id, before) in pending {
-        let outcome = inspect_outcome(docker, &id, events, Some(&before)).await;
+        let outcome = inspect_outcome(daemon, &id, events, Some(&before)).await;
         if let InspectOutcome::Running(_) = &outcome {
             tracing::info!("container {id} inspected after an earlier failure");
         }
@@ -358,11 +389,12 @@ async fn retry_unverified(docker: &Docker, cache: &DockerCache, events: &EventCo
 /// Lists the running containers and mends the cache where the event stream left it behind:
 /// one it holds that no longer runs is dropped, one it lacks is inspected.
 async fn resync_list(
-    docker: &Docker,
+    daemon: &Daemon,
     cache: &DockerCache,
     events: &EventCounters,
 ) -> Result<(), bollard::errors::Error> {
-    let listed: std::collections::HashSet<String> = docker
+    let listed: std::collections::HashSet<String> = daemon
+        .docker
         .list_containers(Some(ListContainersOptions {
             all: false,
             ..Default::default()
@@ -391,7 +423,7 @@ async fn resync_list(
         cache.record_inspect(&id, InspectOutcome::NotRunning);
     }
     for id in missing {
-        let outcome = inspect_outcome(docker, &id, events, None).await;
+        let outcome = inspect_outcome(daemon, &id, events, None).await;
         cache.record_inspect(&id, outcome);
     }
     Ok(())
@@ -399,14 +431,15 @@ async fn resync_list(
 
 /// Inspects one container; `None` if it is not running (or no longer exists).
 async fn inspect(
-    docker: &Docker,
+    daemon: &Daemon,
     id: &str,
 ) -> Result<Option<ContainerInfo>, bollard::errors::Error> {
-    match docker
+    match daemon
+        .docker
         .inspect_container(id, None::<InspectContainerOptions>)
         .await
     {
-        Ok(r) => Ok(container_info(r, id)),
+        Ok(r) => Ok(container_info(r, id, daemon.engine)),
         Err(bollard::errors::Error::DockerResponseServerError {
             status_code: 404, ..
         }) => Ok(None),
@@ -415,7 +448,11 @@ async fn inspect(
 }
 
 /// What the agent keeps of an inspect response; `None` unless the container is running.
-pub fn container_info(r: ContainerInspectResponse, id: &str) -> Option<ContainerInfo> {
+pub fn container_info(
+    r: ContainerInspectResponse,
+    id: &str,
+    engine: Engine,
+) -> Option<ContainerInfo> {
     let state = r.state.unwrap_or_default();
     if state.running != Some(true) {
         return None;
@@ -457,6 +494,7 @@ pub fn container_info(r: ContainerInspectResponse, id: &str) -> Option<Container
     .any(|t| t.as_ref().is_some_and(|v| !v.is_empty()));
     Some(ContainerInfo {
         id: r.id.unwrap_or_else(|| id.to_owned()),
+        engine,
         name: r
             .name
             .unwrap_or_default()
@@ -532,7 +570,12 @@ mod tests {
             driver: Some("fpga".into()),
             ..Default::default()
         };
-        let info = container_info(response(true, vec![gpus, by_id, other]), "abc").unwrap();
+        let info = container_info(
+            response(true, vec![gpus, by_id, other]),
+            "abc",
+            Engine::Docker,
+        )
+        .unwrap();
         assert_eq!(info.name, "trainer");
         assert_eq!(info.image, "ultralytics/yolo:latest");
         assert_eq!(info.compose_project.as_deref(), Some("vision"));
@@ -554,16 +597,24 @@ mod tests {
     fn a_throttled_container_is_marked() {
         use bollard::models::ThrottleDevice;
         let mut r = response(true, vec![]);
-        assert!(!container_info(r.clone(), "abc").unwrap().blkio_throttled);
+        assert!(
+            !container_info(r.clone(), "abc", Engine::Docker)
+                .unwrap()
+                .blkio_throttled
+        );
         r.host_config.as_mut().unwrap().blkio_device_read_bps = Some(vec![ThrottleDevice {
             path: Some("/dev/loop0".into()),
             rate: Some(1 << 20),
         }]);
-        assert!(container_info(r, "abc").unwrap().blkio_throttled);
+        assert!(
+            container_info(r, "abc", Engine::Docker)
+                .unwrap()
+                .blkio_throttled
+        );
     }
 
     #[test]
     fn stopped_containers_are_not_kept() {
-        assert!(container_info(response(false, vec![]), "abc").is_none());
+        assert!(container_info(response(false, vec![]), "abc", Engine::Docker).is_none());
     }
 }
