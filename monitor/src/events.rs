@@ -39,6 +39,7 @@ internal_events! {
     NotificationDropped => "notification_dropped", warn;
     NotificationRateLimited => "notification_rate_limited", warn;
     SourceHung => "source_hung", error;
+    CgroupLookalike => "cgroup_lookalike", warn;
 }
 
 /// Counters of [`InternalEvent`]s, shared by all sources.

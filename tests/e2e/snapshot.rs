@@ -549,3 +549,97 @@ fn an_agent_without_the_host_namespaces_says_what_it_cannot_see() {
     assert!(check["action"].as_str().unwrap().contains("--pid=host"));
     assert_eq!(doctor.status.code(), Some(2), "doctor's at-risk status");
 }
+
+/// A cgroup of the unified hierarchy, made by hand as a tenant with a delegated cgroup could;
+/// its processes go back to the root and its directories are removed on drop.
+struct CraftedCgroup {
+    root: std::path::PathBuf,
+    dir: std::path::PathBuf,
+}
+
+impl CraftedCgroup {
+    /// `relative` (its first segment unique to this test) under the unified hierarchy's root,
+    /// with `pid` moved into it.
+    fn with(relative: &str, pid: u32) -> Self {
+        let root = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+            .into_iter()
+            .map(std::path::PathBuf::from)
+            .find(|d| d.join("cgroup.controllers").exists())
+            .expect("a cgroup v2 hierarchy");
+        let dir = root.join(relative.trim_start_matches('/'));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
+        Self { root, dir }
+    }
+}
+
+impl Drop for CraftedCgroup {
+    fn drop(&mut self) {
+        let procs = std::fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines() {
+            let _ = std::fs::write(self.root.join("cgroup.procs"), pid);
+        }
+        for dir in self.dir.ancestors().take_while(|d| *d != self.root) {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+/// Cgroups a tenant names after someone else's: a directory called `docker-<victim id>.scope`
+/// outside the victim's cgroup, a `session-*.scope` and a `kubepods` tree inside the tenant's
+/// own. Each tenant process is its own workload, shown with its real path; the victim keeps only
+/// its own GPU memory, nothing is charged to the host, and the look-alike is counted.
+#[test]
+fn a_cgroup_named_like_another_container_is_not_that_container() {
+    require_root();
+    let victim = Container::start(&unique("victim"), &[], "sleep 3600");
+    let tenant = unique("tenant");
+    let (a, b, c) = (
+        HostProcess::spawn(),
+        HostProcess::spawn(),
+        HostProcess::spawn(),
+    );
+    let docker_like = format!("/{tenant}/docker-{}.scope", victim.id);
+    let session_like = format!("/{tenant}-s/session-1.scope");
+    let pod_like = format!(
+        "/{tenant}-k/kubepods/besteffort/pod5d0f7f2e-1c2b-4c3d-9e8f-0a1b2c3d4e5f/{}",
+        victim.id
+    );
+    let _cgroups = [
+        CraftedCgroup::with(&docker_like, a.pid()),
+        CraftedCgroup::with(&session_like, b.pid()),
+        CraftedCgroup::with(&pod_like, c.pid()),
+    ];
+    let proc =
+        |pid: u32, gib: u64| json!({"pid": pid, "used_memory_bytes": gib * GIB, "sm_util": 10});
+    let run = snapshot(
+        &json!({"devices": [{"uuid": "GPU-l", "processes": [
+            proc(victim.pid, 1), proc(a.pid(), 2), proc(b.pid(), 3), proc(c.pid(), 4)]}]}),
+        &["--no-ebpf"],
+    );
+    assert!(run.status.success(), "{}", run.stderr);
+    let v = workload(&run.json, &format!("docker:{}", victim.id));
+    assert_eq!(
+        v["gpu"]["memory_bytes"], GIB,
+        "only the victim's own process"
+    );
+    for (path, gib) in [(&docker_like, 2), (&session_like, 3), (&pod_like, 4)] {
+        let w = workload(&run.json, &format!("cgroup:{path}"));
+        assert_eq!(w["gpu"]["memory_bytes"], gib * GIB, "{w:#}");
+    }
+    let host = run.json["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["id"] == "host");
+    assert!(
+        host.is_none_or(|h| h["gpu"]["memory_bytes"] == 0),
+        "nothing charged to the host: {host:#?}"
+    );
+    assert!(
+        run.json["internal_events"]["cgroup_lookalike"].as_u64() >= Some(1),
+        "{:#}",
+        run.json["internal_events"]
+    );
+    assert!(run.stderr.contains("looks like docker:"), "{}", run.stderr);
+}

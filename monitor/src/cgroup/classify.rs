@@ -50,8 +50,9 @@ pub fn classify(path: &str) -> WorkloadId {
     // the outer one as far as this host is concerned.
     for (i, seg) in segments.iter().enumerate() {
         let parent = i.checked_sub(1).map(|p| segments[p]);
-        // Docker cgroupfs driver: /docker/<id>
-        if parent == Some("docker") && is_container_id(seg) {
+        // Docker cgroupfs driver: /docker/<id>, at the top of the hierarchy where dockerd makes
+        // it (deeper, it is a directory anyone with a delegated cgroup could have named).
+        if i == 1 && parent == Some("docker") && is_container_id(seg) {
             return WorkloadId::new(WorkloadKind::Docker, *seg);
         }
         // Podman cgroupfs driver: /libpod_parent/libpod-<id>
@@ -64,13 +65,15 @@ pub fn classify(path: &str) -> WorkloadId {
             }
         }
     }
-    // Login sessions and init are the host.
+    // Login sessions (which logind makes under user.slice/user-<uid>.slice) and init are the
+    // host; a session-looking scope elsewhere is someone's own cgroup.
     let last = segments[segments.len() - 1];
-    if segments[0] == "init.scope"
-        || segments
-            .iter()
-            .any(|s| s.starts_with("session-") && s.ends_with(".scope"))
-    {
+    let session = segments[0] == "user.slice"
+        && segments.len() >= 3
+        && segments[1].starts_with("user-")
+        && segments[2].starts_with("session-")
+        && segments[2].ends_with(".scope");
+    if segments[0] == "init.scope" || session {
         return WorkloadId::host();
     }
     // The innermost systemd service (user services under user@UID.service count as their own).
@@ -90,8 +93,13 @@ pub fn classify(path: &str) -> WorkloadId {
 
 /// Kubernetes pods, both drivers; the pod uid is normalised to its dashed form.
 fn classify_kubernetes(segments: &[&str]) -> Option<WorkloadId> {
-    // `kubepods`, `kubepods.slice`, `kubepods-burstable.slice`, `kubelet-kubepods.slice`, ...
+    // `kubepods`, `kubepods.slice`, `kubepods-burstable.slice`, `kubelet-kubepods.slice`, ...:
+    // the kubelet's root is at the top of the hierarchy, or in one top-level slice
+    // (`kubelet.slice/kubelet-kubepods.slice`); deeper, it is someone's own directory.
     let kube = segments.iter().position(|s| s.contains("kubepods"))?;
+    if kube > 1 || (kube == 1 && !segments[0].ends_with(".slice")) {
+        return None;
+    }
     let rest = &segments[kube..];
     let (pod_index, pod_uid) = rest.iter().enumerate().find_map(|(i, s)| {
         // cgroupfs: pod<uid>; systemd: kubepods-<qos>-pod<uid_with_underscores>.slice
@@ -240,6 +248,31 @@ mod tests {
             "/system.slice",
         ] {
             assert_eq!(classify(p), WorkloadId::host(), "{p:?}");
+        }
+    }
+
+    /// Runtime shapes count only where the runtime makes them: a session scope outside
+    /// user.slice, a kubepods tree below someone's cgroup, `docker/<id>` below the top are the
+    /// directories of whoever made them.
+    #[test]
+    fn look_alike_shapes_in_the_wrong_place_are_their_own_cgroups() {
+        for p in [
+            "/tenant/session-1.scope".to_owned(),
+            "/user.slice/user-1000.slice/user@1000.service/app.slice/session-9.scope".to_owned(),
+            format!("/tenant/kubepods/besteffort/pod5d0f7f2e-1c2b-4c3d-9e8f-0a1b2c3d4e5f/{ID}"),
+            format!("/tenant/docker/{ID}"),
+        ] {
+            let got = classify(&p);
+            assert_eq!(got.kind, WorkloadKind::Cgroup, "{p}: {got}");
+            assert_eq!(&*got.id, p.as_str());
+        }
+        // Where the kubelet puts them: the top, or one top-level slice.
+        let pod = "pod5d0f7f2e-1c2b-4c3d-9e8f-0a1b2c3d4e5f";
+        for p in [
+            format!("/kubepods/besteffort/{pod}/{ID}"),
+            format!("/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-{}.slice/cri-containerd-{ID}.scope", pod.replace('-', "_")),
+        ] {
+            assert_eq!(classify(&p).kind, WorkloadKind::Kubernetes, "{p}");
         }
     }
 

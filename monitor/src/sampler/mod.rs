@@ -7,6 +7,7 @@
 //! also fetches the GPU utilisation series, and rounds wait in [`pending`] until the series
 //! covers them.
 mod cgroups;
+mod claims;
 mod container_config;
 pub mod io_tracing;
 mod namespaces;
@@ -96,6 +97,8 @@ pub struct Sampler {
     checks: ProcessChecks,
     proc_root: PathBuf,
     container_configs: ConfigReader,
+    /// The engine's containers' own cgroup paths, to tell a container from a look-alike.
+    claims: claims::ContainerClaims,
     cgroups: HashMap<WorkloadId, WorkloadCgroup>,
     previous: HashMap<WorkloadId, Previous>,
     previous_at: Option<(Instant, u64)>,
@@ -197,6 +200,7 @@ impl Sampler {
             checks: ProcessChecks::new(&config.proc_root),
             proc_root: config.proc_root.clone(),
             container_configs: ConfigReader::default(),
+            claims: claims::ContainerClaims::default(),
             cgroups: HashMap::new(),
             previous: HashMap::new(),
             previous_at: None,
@@ -408,6 +412,7 @@ impl Sampler {
             self.stalls.end_round(&self.proc_root);
         }
         self.cgroups.retain(|id, _| workloads.contains_key(id));
+        self.claims.retain_listed(self.docker.as_deref());
         self.previous_at = Some((started, now_us));
 
         let sources = Sources {
@@ -507,10 +512,17 @@ impl Sampler {
         };
         match self.processes.resolve(pid) {
             Ok(info) => {
-                if known != Some(&info.workload) && !self.cgroups.contains_key(&info.workload) {
-                    new_memberships.push((info.workload.clone(), info.membership.clone()));
+                let workload = self.claims.vet(
+                    info.workload.clone(),
+                    info.membership.identity_path(),
+                    self.docker.as_deref(),
+                    &self.proc_root,
+                    &self.events,
+                );
+                if known != Some(&workload) && !self.cgroups.contains_key(&workload) {
+                    new_memberships.push((workload.clone(), info.membership.clone()));
                 }
-                let mut p = blank(reading, Some(info.workload.clone()), false);
+                let mut p = blank(reading, Some(workload), false);
                 p.start_time_ticks = Some(info.key.start_time);
                 p.command = Some(info.name.clone());
                 p

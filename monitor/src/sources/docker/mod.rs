@@ -55,6 +55,8 @@ pub struct DockerStatus {
     pub error: Option<String>,
     /// Set once the first connection attempt has finished, successfully or not.
     pub attempted: bool,
+    /// The engine that answered the last connection.
+    pub engine: Option<Engine>,
 }
 
 /// How often the containers whose inspect failed are asked about again.
@@ -139,6 +141,7 @@ impl DockerCache {
             up: false,
             error: Some(error),
             attempted: true,
+            engine: s.status.engine,
         };
         // Keep the last known containers: their identities are still right while the daemon is
         // away, and dropping them would lose names for running GPU jobs.
@@ -300,6 +303,7 @@ async fn connect_and_follow(
             up: true,
             error: None,
             attempted: true,
+            engine: Some(daemon.engine),
         };
     }
     tracing::info!(socket = %socket, engine = ?daemon.engine, containers = cache.read().containers.len(), "Docker source up");
