@@ -34,6 +34,7 @@ internal_events! {
     DockerEventStreamLost => "docker_event_stream_lost", warn;
     ProbeMapReadFailed => "probe_map_read_failed", warn;
     ProbeEntriesEvicted => "probe_entries_evicted", warn;
+    ProbeFilterFull => "probe_filter_full", warn;
     ProbeIoAttachFailed => "probe_io_attach_failed", warn;
     NotificationFailed => "notification_failed", warn;
     NotificationDropped => "notification_dropped", warn;

@@ -637,3 +637,96 @@ fn the_agent_traces_reads_only_while_a_container_needs_them() {
         "off {off_after} ms after recovery, before the 2 s linger"
     );
 }
+
+/// Map-full on the real kernel: with the per-task maps shrunk to 16 entries, 48 living
+/// processes of a watched cgroup, each switching, never take more than 16; the entries of one
+/// read that the next lacks (what the sampler counts as `probe_entries_evicted`) are there, and
+/// the kernel filter still counts a process's reads. The sized default is reported.
+#[test]
+fn shrunk_task_maps_hold_what_fits_and_evict_the_rest() {
+    require_root();
+    let _cpu = cpu_timed();
+    const ENTRIES: u32 = 16;
+    let cg = TempCgroup::new("map-full");
+    let mut probe = StallProbe::load_with_task_entries(true, ENTRIES).unwrap();
+    assert_eq!(probe.task_entries, ENTRIES);
+    probe.watch(&HashSet::from([cg.id])).unwrap();
+    // 48 processes in the cgroup, each waking every 50 ms (a switch each time).
+    let mut sleepers = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{} && for i in $(seq 48); do (while :; do sleep 0.05; done) & done; wait",
+            cg.join_self()
+        ))
+        .spawn()
+        .unwrap();
+    let in_cgroup = |totals: &ProbeTotals| -> HashSet<_> {
+        totals
+            .times
+            .keys()
+            .filter(|k| k.cgroup_id == cg.id)
+            .copied()
+            .collect()
+    };
+    let mut evicted = 0;
+    let mut most = 0;
+    let mut before = HashSet::new();
+    for _ in 0..6 {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let mut totals = ProbeTotals::default();
+        probe.read(&mut totals, true).unwrap();
+        let now = in_cgroup(&totals);
+        most = most.max(totals.times.len());
+        evicted += before.difference(&now).count();
+        before = now;
+    }
+    let pids = std::fs::read_to_string(cg.path.join("cgroup.procs")).unwrap();
+    // SAFETY: kill(2) on the processes this test started, then on its shell.
+    for pid in pids.lines().filter_map(|p| p.parse::<i32>().ok()) {
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let _ = sleepers.kill();
+    let _ = sleepers.wait();
+    let started = std::time::Instant::now();
+    while std::fs::read_to_string(cg.path.join("cgroup.procs")).is_ok_and(|p| !p.is_empty()) {
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    eprintln!("at most {most} entries of {ENTRIES}; {evicted} evicted between reads");
+    assert!(
+        most <= ENTRIES as usize,
+        "{most} entries in a map of {ENTRIES}"
+    );
+    assert!(most >= ENTRIES as usize / 2, "the map filled: {most}");
+    assert!(
+        evicted > 0,
+        "48 switching processes in 16 entries evict some"
+    );
+    drop(probe);
+    let sized = StallProbe::load(true).unwrap();
+    assert_eq!(
+        sized.task_entries,
+        gpuwatch::sources::stall_probe::map_sizing::task_entries_here()
+    );
+}
+
+/// The kernel's cgroup filter (4,096 entries, not LRU) when full: a whole new set of cgroups
+/// replaces the old one (removals go first), and what does not fit is counted, not an error.
+#[test]
+fn a_full_cgroup_filter_takes_a_new_set_and_counts_the_overflow() {
+    use monitor_common::WATCHED_CGROUP_ENTRIES as FULL;
+    require_root();
+    let mut probe = StallProbe::load(true).unwrap();
+    let set = |from: u64, n: u32| (from..from + u64::from(n)).collect::<HashSet<u64>>();
+    assert_eq!(probe.watch(&set(1 << 40, FULL)).unwrap(), 0);
+    assert_eq!(
+        probe.watch(&set(2 << 40, FULL)).unwrap(),
+        0,
+        "a new full set"
+    );
+    assert_eq!(
+        probe.watch(&set(3 << 40, FULL + 5)).unwrap(),
+        5,
+        "five do not fit"
+    );
+}

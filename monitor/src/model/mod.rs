@@ -85,6 +85,8 @@ pub struct ProbeHealth {
     pub field_read_failed: u64,
     /// Syscall exits without their entry (entered before tracing, or the entry evicted).
     pub unmatched_end: u64,
+    /// Entries in each per-task map, sized from the host's possible CPUs.
+    pub task_map_entries: u32,
     /// The read and block programs: attached always, never, or while a workload needs them.
     pub io_tracing: IoTracingState,
 }

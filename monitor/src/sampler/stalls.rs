@@ -83,6 +83,7 @@ impl Stalls {
             map_update_failed: self.failures[probe_stat::MAP_UPDATE_FAILED as usize],
             field_read_failed: self.failures[probe_stat::FIELD_READ_FAILED as usize],
             unmatched_end: self.failures[probe_stat::UNMATCHED_END as usize],
+            task_map_entries: p.task_entries,
             io_tracing: IoTracingState {
                 mode: self.demand.mode().as_str(),
                 state: p.io_state(),
@@ -123,8 +124,16 @@ impl Stalls {
         let Ok(probe) = self.probe.as_mut() else {
             return false;
         };
-        if let Err(e) = probe.watch(cgroups) {
-            events.emit(InternalEvent::ProbeMapReadFailed, &e);
+        match probe.watch(cgroups) {
+            Ok(0) => {}
+            Ok(unwatched) => events.emit(
+                InternalEvent::ProbeFilterFull,
+                format_args!(
+                    "{unwatched} workloads not traced: the kernel filter holds {} cgroups",
+                    monitor_common::WATCHED_CGROUP_ENTRIES
+                ),
+            ),
+            Err(e) => events.emit(InternalEvent::ProbeMapReadFailed, &e),
         }
         let io = probe.io_state();
         self.window_traced = self.io_at_read == IoTracing::On && io == IoTracing::On;
@@ -139,7 +148,11 @@ impl Stalls {
                     self.totals.disk.clone_from(&p.disk);
                 }
                 self.failures = self.totals.failures;
-                let evicted = self.totals.evicted_during_read;
+                let evicted = self.totals.evicted_during_read
+                    + self
+                        .previous
+                        .as_ref()
+                        .map_or(0, |p| evicted_since(p, &self.totals));
                 if evicted > 0 {
                     events.add(InternalEvent::ProbeEntriesEvicted, evicted);
                 }
@@ -341,6 +354,17 @@ fn io_window(
     io_summary(&total)
 }
 
+/// Task entries of the last read that this one lacks. Exited tasks are forgotten (deleted from
+/// the maps and the baseline) at the end of a round, and the kernel deletes no task entry
+/// itself, so an entry that vanished was evicted: its map was full.
+fn evicted_since(previous: &ProbeTotals, now: &ProbeTotals) -> u64 {
+    previous
+        .times
+        .keys()
+        .filter(|k| !now.times.contains_key(k))
+        .count() as u64
+}
+
 /// `now - before`, or `None` if a counter went backwards (the entry was evicted and re-created).
 fn times_delta(now: &TaskTimes, before: &TaskTimes) -> Option<TaskTimes> {
     Some(TaskTimes {
@@ -425,6 +449,24 @@ mod tests {
             t.times.insert(key(MAIN), m);
         }
         t
+    }
+
+    /// An entry of the last read missing from this one was evicted (a full map); one that
+    /// is new, or present in both, was not.
+    #[test]
+    fn entries_that_vanish_between_reads_are_counted_as_evicted() {
+        let before = totals(times(1, 1), Some(times(1, 1)));
+        let mut now = totals(times(2, 2), None);
+        now.times.insert(
+            TaskKey {
+                cgroup_id: CG,
+                tgid: 43,
+                thread: OTHERS,
+            },
+            times(1, 0),
+        );
+        assert_eq!(evicted_since(&before, &now), 1, "the main thread's entry");
+        assert_eq!(evicted_since(&before, &before), 0);
     }
 
     fn proc_state(root: &Path, state: char) {

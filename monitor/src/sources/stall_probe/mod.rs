@@ -8,6 +8,7 @@
 //! [`StallProbe::missing`]; only the scheduler part is required.
 mod batch;
 mod io_links;
+pub mod map_sizing;
 
 use crate::kernel_btf::{BtfError, KernelBtf};
 use crate::model::IoTracing;
@@ -20,7 +21,7 @@ use aya::programs::{ProgramError, TracePoint};
 use aya::{Ebpf, EbpfError, EbpfLoader, Pod};
 use batch::{BatchError, BatchReader};
 use io_links::IoLinks;
-use monitor_common::{probe_stat, IoStats, TaskKey, TaskTimes};
+use monitor_common::{probe_stat, IoStats, TaskKey, TaskTimes, WATCHED_CGROUP_ENTRIES};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
@@ -117,6 +118,8 @@ pub struct StallProbe {
     batches: Option<Batches>,
     /// Parts not traced on this kernel, with the reason ("read latency: …").
     pub missing: Vec<String>,
+    /// Entries in each per-task map, sized from the possible CPUs (see [`map_sizing`]).
+    pub task_entries: u32,
     /// The read and block programs, attached only while wanted (see [`Self::step_io`]).
     io: IoLinks,
 }
@@ -271,19 +274,28 @@ impl StallProbe {
     /// Checks privileges, finds tracefs, reads field offsets, loads and attaches every program.
     /// With `filter_by_cgroup`, the kernel tracks only the cgroups passed to [`Self::watch`].
     pub fn load(filter_by_cgroup: bool) -> Result<Self, ProbeError> {
-        Self::load_programs(filter_by_cgroup, false, true)
+        Self::load_programs(filter_by_cgroup, false, true, None)
+    }
+
+    /// Like [`Self::load`] with `task_entries` in each per-task map instead of what the host's
+    /// CPUs allow: for tests that fill them.
+    pub fn load_with_task_entries(
+        filter_by_cgroup: bool,
+        task_entries: u32,
+    ) -> Result<Self, ProbeError> {
+        Self::load_programs(filter_by_cgroup, false, true, Some(task_entries))
     }
 
     /// Like [`Self::load`] with the read and block programs loaded but not attached: only the
     /// scheduler programs run until [`Self::step_io`] asks for them.
     pub fn load_io_detached(filter_by_cgroup: bool) -> Result<Self, ProbeError> {
-        Self::load_programs(filter_by_cgroup, false, false)
+        Self::load_programs(filter_by_cgroup, false, false, None)
     }
 
     /// The same programs on the same tracepoints, each returning at once: what the tracing
     /// mechanism costs by itself, below anything a program does. For benchmarks.
     pub fn load_empty() -> Result<Self, ProbeError> {
-        Self::load_programs(true, true, true)
+        Self::load_programs(true, true, true, None)
     }
 
     /// Moves the read and block programs one step toward attached (`on`) or detached; see
@@ -300,6 +312,7 @@ impl StallProbe {
         filter_by_cgroup: bool,
         empty: bool,
         attach_io: bool,
+        task_entries: Option<u32>,
     ) -> Result<Self, ProbeError> {
         let missing =
             caps::missing_for_tracing(caps::effective().map_err(ProbeError::Capabilities)?);
@@ -325,6 +338,11 @@ impl StallProbe {
         loader.override_global("FILTER_BY_CGROUP", &filter, true);
         let empty = u32::from(empty);
         loader.override_global("EMPTY_PROGRAMS", &empty, true);
+        let cpus = batch::possible_cpus();
+        let task_entries = task_entries.unwrap_or_else(map_sizing::task_entries_here);
+        for map in ["TASK_TIMES", "READ_STATS", "DISK_STATS"] {
+            loader.map_max_entries(map, task_entries);
+        }
         let mut ebpf = loader.load(PROBES)?;
 
         attach(&mut ebpf, "sched_switch", &[("sched", "sched_switch")])?;
@@ -371,7 +389,8 @@ impl StallProbe {
             watched_ids: HashSet::new(),
             watch_generation: take_map(&mut ebpf, "WATCH_GENERATION")?,
             generation: 0,
-            batches: batch::possible_cpus().map(|cpus| Batches {
+            task_entries,
+            batches: cpus.map(|cpus| Batches {
                 times: BatchReader::new(cpus),
                 io: BatchReader::new(cpus),
             }),
@@ -381,15 +400,30 @@ impl StallProbe {
         })
     }
 
-    /// Makes the kernel filter watch exactly `ids` (only the changes reach the kernel).
-    pub fn watch(&mut self, ids: &HashSet<u64>) -> Result<(), ProbeError> {
+    /// Makes the kernel filter watch `ids` (only the changes reach the kernel), as many as fit
+    /// its [`WATCHED_CGROUP_ENTRIES`]; returns how many did not.
+    pub fn watch(&mut self, ids: &HashSet<u64>) -> Result<usize, ProbeError> {
         let err = |source| ProbeError::Map {
             name: "WATCHED_CGROUPS",
             source,
         };
+        // Removals first: a full filter then has room for the cgroups that replace them.
+        for id in self.watched_ids.difference(ids) {
+            match self.watched.remove(id) {
+                Ok(()) | Err(MapError::KeyNotFound) => {}
+                Err(e) => return Err(err(e)),
+            }
+        }
         let mut added = false;
+        let mut watched: HashSet<u64> = self.watched_ids.intersection(ids).copied().collect();
+        let mut unwatched = 0;
         for id in ids.difference(&self.watched_ids) {
+            if watched.len() >= WATCHED_CGROUP_ENTRIES as usize {
+                unwatched += 1;
+                continue;
+            }
             self.watched.insert(id, &1, 0).map_err(err)?;
+            watched.insert(*id);
             added = true;
         }
         if added {
@@ -402,14 +436,8 @@ impl StallProbe {
                     source,
                 })?;
         }
-        for id in self.watched_ids.difference(ids) {
-            match self.watched.remove(id) {
-                Ok(()) | Err(MapError::KeyNotFound) => {}
-                Err(e) => return Err(err(e)),
-            }
-        }
-        self.watched_ids.clone_from(ids);
-        Ok(())
+        self.watched_ids = watched;
+        Ok(unwatched)
     }
 
     /// Per program: (name, runs, total run time in ns), from the kernel's BPF statistics (zero
