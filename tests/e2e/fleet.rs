@@ -170,7 +170,15 @@ fn victoria_metrics_answers_which_container_on_which_host_and_gpu_hours() {
     let mut agents = Vec::new();
     let mut targets = String::new();
     for (host, scenario) in &hosts {
-        let (agent, url) = serve_as(Some(host), scenario, &["--interval", "2s"]);
+        let hostname = [
+            "unshare",
+            "--uts",
+            "sh",
+            "-c",
+            r#"hostname "$0" && exec "$@""#,
+            host,
+        ];
+        let (agent, url) = serve_via(&hostname, scenario, &["--interval", "2s"]);
         assert_eq!(hostname_of(&url), *host, "each agent is its own host");
         let addr = url.trim_start_matches("http://");
         // The instance label names the host, as a fleet's service discovery would.

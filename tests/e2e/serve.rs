@@ -33,7 +33,7 @@ fn prometheus(dir: &Path, scrape_configs: &str) -> (Running, String) {
 
 /// `gpuwatch serve` on a free port with the fake NVML reading `scenario`.
 fn serve(scenario: &Path, extra: &[&str]) -> (Running, String) {
-    serve_as(None, scenario, extra)
+    serve_via(&[], scenario, extra)
 }
 
 /// `up` of a scrape job, once it has been scraped (each job's first scrape comes at its own
@@ -539,4 +539,95 @@ fn a_hung_nvml_call_turns_health_false_and_does_not_block_shutdown() {
         "one event per hang: {text}"
     );
     assert!(text.contains("stopping without"), "{text}");
+}
+
+/// Every thread of `pid`: (name, CapEff, CapPrm, NoNewPrivs).
+fn thread_privileges(pid: u32) -> Vec<(String, u64, u64, bool)> {
+    let field = |status: &str, name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_default()
+    };
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
+        .map(|s| {
+            let hex = |n| u64::from_str_radix(&field(&s, n), 16).unwrap();
+            (
+                field(&s, "Name:"),
+                hex("CapEff:"),
+                hex("CapPrm:"),
+                field(&s, "NoNewPrivs:") == "1",
+            )
+        })
+        .collect()
+}
+
+/// Least privilege: started as root with every capability, or with exactly the four it
+/// documents, a running `serve` holds only CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE and
+/// CAP_DAC_READ_SEARCH in every thread (HTTP, Docker, watchdog, signals), with
+/// no-new-privileges, and still serves every source; `--keep-capabilities` keeps them all.
+#[test]
+fn serve_keeps_only_the_capabilities_it_uses_in_every_thread() {
+    require_root();
+    const FOUR: u64 = (1 << 39) | (1 << 38) | (1 << 19) | (1 << 2);
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    std::fs::write(
+        &scenario,
+        json!({"devices": [{"uuid": "GPU-caps"}]}).to_string(),
+    )
+    .unwrap();
+    let exactly_four = [
+        "setpriv",
+        "--bounding-set",
+        "-all,+bpf,+perfmon,+sys_ptrace,+dac_read_search",
+        "--",
+    ];
+    for prefix in [&[][..], &exactly_four[..]] {
+        let (agent, url) = serve_via(prefix, &scenario, &[]);
+        let metrics = wait_for_metrics(&url, |m| m.contains("gpuwatch_up{source=\"ebpf\"} 1"));
+        for source in ["nvml", "docker", "ebpf"] {
+            let up = format!("gpuwatch_up{{source=\"{source}\"}} 1");
+            assert!(
+                metrics.contains(&up),
+                "{prefix:?}: {source} down:\n{metrics}"
+            );
+        }
+        let threads = thread_privileges(agent.0.id());
+        assert!(threads.len() >= 4, "{threads:?}");
+        for (name, eff, prm, nnp) in &threads {
+            assert_eq!(
+                (*eff, *prm, *nnp),
+                (FOUR, FOUR, true),
+                "{prefix:?}: thread {name}"
+            );
+        }
+    }
+    let (agent, url) = serve_via(&[], &scenario, &["--keep-capabilities"]);
+    wait_for_metrics(&url, |m| m.contains("gpuwatch_up{source=\"ebpf\"} 1"));
+    let threads = thread_privileges(agent.0.id());
+    assert!(
+        threads.iter().all(|t| t.1 & (1 << 21) != 0),
+        "SYS_ADMIN kept: {threads:?}"
+    );
+}
+
+/// `/metrics` once `ready` accepts it (within 30 s).
+fn wait_for_metrics(url: &str, ready: impl Fn(&str) -> bool) -> String {
+    let started = Instant::now();
+    loop {
+        let (status, body) = get(&format!("{url}/metrics"));
+        if status == 200 && ready(&body) {
+            return body;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{status}: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }

@@ -113,6 +113,25 @@ impl RunArgs {
     }
 }
 
+/// The capabilities of a long-running agent.
+#[derive(Args)]
+pub(crate) struct PrivilegeArgs {
+    /// Keep every capability gpuwatch started with. By default, once its probes are loaded and
+    /// its sources open, it keeps only CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE and
+    /// CAP_DAC_READ_SEARCH (those it has; CAP_SYS_ADMIN where it stood in for the first two).
+    #[arg(long)]
+    pub(crate) keep_capabilities: bool,
+}
+
+impl PrivilegeArgs {
+    /// Drops what the started agent no longer uses, unless told to keep it.
+    pub(crate) fn apply(&self, agent: &gpuwatch::runtime::Agent) {
+        if !self.keep_capabilities {
+            agent.keep_only_needed_privileges();
+        }
+    }
+}
+
 /// Where the agent gets its data; each flag overrides the config file's `sources:`.
 #[derive(Args)]
 pub(crate) struct SourceArgs {

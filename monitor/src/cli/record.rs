@@ -1,5 +1,5 @@
 //! `gpuwatch record`: a CSV or JSON Lines row set every interval, until --duration or a signal.
-use super::{stop_on_signals, RunArgs, SourceArgs};
+use super::{stop_on_signals, PrivilegeArgs, RunArgs, SourceArgs};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use gpuwatch::config::Config;
@@ -22,6 +22,8 @@ pub(crate) struct RecordArgs {
     pub(crate) sources: SourceArgs,
     #[command(flatten)]
     pub(crate) run: RunArgs,
+    #[command(flatten)]
+    pub(crate) privileges: PrivilegeArgs,
     /// Where to write; `-` is standard output.
     #[arg(long, short, default_value = "-")]
     pub(crate) output: PathBuf,
@@ -50,6 +52,7 @@ pub(crate) fn record(args: &RecordArgs, config: &Config) -> Result<()> {
 
     let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
         .context("starting the agent")?;
+    args.privileges.apply(&agent);
     // The config's alert rules run over the recording; their transitions are recorded too
     // (CSV `alert` rows), for `gpuwatch report`. Nothing is notified.
     let mut alerts = gpuwatch::health::alerts::AlertEngine::new(&config.alerts);

@@ -1,5 +1,5 @@
 //! `gpuwatch serve`: the agent as a service: Prometheus metrics, the JSON API, the alert rules.
-use super::{stop_on_signals, RunArgs, SourceArgs};
+use super::{stop_on_signals, PrivilegeArgs, RunArgs, SourceArgs};
 use anyhow::{Context, Result};
 use clap::Args;
 use gpuwatch::config::Config;
@@ -20,6 +20,8 @@ pub(crate) struct ServeArgs {
     pub(crate) web_config_file: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) run: RunArgs,
+    #[command(flatten)]
+    pub(crate) privileges: PrivilegeArgs,
 }
 
 pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
@@ -89,6 +91,7 @@ pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
     let stop = stop_on_signals()?;
     let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
         .context("starting the agent")?;
+    args.privileges.apply(&agent);
     let _ = site.heartbeat.set(agent.sampler.heartbeat());
     let mut xid_totals: BTreeMap<u32, u64> = BTreeMap::new();
     let result = gpuwatch::runtime::daemon::run_rounds(

@@ -1,5 +1,5 @@
 //! `gpuwatch watch`: the alert rules every interval, each transition printed and notified.
-use super::{stop_on_signals, RunArgs, SourceArgs};
+use super::{stop_on_signals, PrivilegeArgs, RunArgs, SourceArgs};
 use anyhow::{Context, Result};
 use clap::Args;
 use gpuwatch::config::Config;
@@ -14,6 +14,8 @@ pub(crate) struct WatchArgs {
     pub(crate) sources: SourceArgs,
     #[command(flatten)]
     pub(crate) run: RunArgs,
+    #[command(flatten)]
+    pub(crate) privileges: PrivilegeArgs,
     /// Print each transition as a JSON line (the webhook's body) instead of text.
     #[arg(long)]
     pub(crate) json: bool,
@@ -25,6 +27,7 @@ pub(crate) fn watch(args: &WatchArgs, config: &Config) -> Result<()> {
     let stop = stop_on_signals()?;
     let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
         .context("starting the agent")?;
+    args.privileges.apply(&agent);
     let mut stdout = std::io::stdout().lock();
     gpuwatch::runtime::daemon::run_rounds(
         &mut agent,

@@ -76,6 +76,23 @@ impl Agent {
 }
 
 impl Agent {
+    /// Drops every capability the running agent no longer uses (see [`super::privileges`]);
+    /// logs what it kept, or why it could not.
+    pub fn keep_only_needed_privileges(&self) {
+        let (bpf_maps, attach_later) = self.sampler.probe_use();
+        let needs = super::privileges::Needs {
+            bpf_maps,
+            attach_later,
+        };
+        match super::privileges::keep_only(needs) {
+            Ok(kept) => tracing::info!(
+                "capabilities kept: {}",
+                super::privileges::names(kept).join(", ")
+            ),
+            Err(e) => tracing::warn!("could not drop capabilities: {e}"),
+        }
+    }
+
     /// One sampling round: the rounds it completed (see [`Sampler::round`]), judged.
     pub fn round(&mut self) -> Vec<Snapshot> {
         let heartbeat = self.sampler.heartbeat();

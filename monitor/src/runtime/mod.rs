@@ -2,6 +2,7 @@
 //! shares ([`rounds`]); [`daemon`] adds the alert rules and notifications for `watch` and `serve`.
 pub mod agent;
 pub mod daemon;
+pub mod privileges;
 mod rounds;
 
 pub use agent::{Agent, AgentConfig};

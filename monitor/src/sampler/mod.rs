@@ -244,6 +244,11 @@ impl Sampler {
     }
 
     /// The marks of the round in progress, for a watchdog: which step, since when.
+    /// The probes are loaded; programs may be attached later.
+    pub fn probe_use(&self) -> (bool, bool) {
+        self.stalls.privileged_use()
+    }
+
     pub fn heartbeat(&self) -> Arc<Heartbeat> {
         self.heartbeat.clone()
     }

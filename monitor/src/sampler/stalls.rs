@@ -63,6 +63,15 @@ impl Stalls {
         }
     }
 
+    /// (the probes are loaded, programs may be attached later): what still needs privileges.
+    pub fn privileged_use(&self) -> (bool, bool) {
+        let loaded = self.probe.is_ok();
+        (
+            loaded,
+            loaded && self.demand.mode() == IoTracingMode::Adaptive,
+        )
+    }
+
     pub fn source_state(&self) -> SourceState {
         match &self.probe {
             Ok(p) if p.missing.is_empty() => SourceState::up(),

@@ -377,15 +377,14 @@ impl Drop for Running {
 }
 
 /// Starts `gpuwatch serve` on a free port (every 500 ms unless `extra` sets `--interval`) with
-/// the fake NVML reading `scenario`, under
-/// `hostname` in a UTS namespace of its own when given; returns it with the address it printed.
-pub fn serve_as(hostname: Option<&str>, scenario: &Path, extra: &[&str]) -> (Running, String) {
+/// the fake NVML reading `scenario`, run through `prefix` (a command that ends by executing its
+/// arguments: `unshare …`, `setpriv …`) when not empty; returns it with the address it printed.
+pub fn serve_via(prefix: &[&str], scenario: &Path, extra: &[&str]) -> (Running, String) {
     use std::io::{BufRead, BufReader};
-    let mut cmd = match hostname {
-        Some(h) => {
-            let mut c = Command::new("unshare");
-            c.args(["--uts", "sh", "-c", r#"hostname "$0" && exec "$@""#, h])
-                .arg(env!("CARGO_BIN_EXE_gpuwatch"));
+    let mut cmd = match prefix.split_first() {
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(env!("CARGO_BIN_EXE_gpuwatch"));
             c
         }
         None => Command::new(env!("CARGO_BIN_EXE_gpuwatch")),

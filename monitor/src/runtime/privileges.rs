@@ -1,0 +1,316 @@
+//! Least privilege once started. The probes are loaded, the sources open; from here the agent
+//! needs only:
+//!
+//! | capability | for |
+//! |---|---|
+//! | `CAP_BPF` | every `bpf()` call on the probes' maps (reads, the cgroup filter): with `kernel.unprivileged_bpf_disabled` set, as distributions ship it, even a map lookup needs it |
+//! | `CAP_PERFMON` | attaching the read and block programs later (adaptive read tracing) |
+//! | `CAP_SYS_PTRACE` | other processes' `/proc/<pid>/root` (a container's `/dev/shm`) |
+//! | `CAP_DAC_READ_SEARCH` | files of other users that root reads (cgroup and `/proc` files a runtime made private) |
+//!
+//! `CAP_SYS_ADMIN` stands in for the first two where the agent was given it instead (Docker
+//! before 23 does not know `BPF` and `PERFMON`). Everything else is dropped — effective,
+//! permitted, inheritable, ambient and bounding sets — and no-new-privileges is set.
+//!
+//! Capabilities belong to each thread, and the agent's threads are running by now (the HTTP
+//! and Docker runtimes, the watchdog). So the change is made in every thread, as glibc does
+//! for `setuid`: each is sent a real-time signal whose handler applies it to itself; then every
+//! thread's `/proc/self/task/<tid>/status` is checked, and one that missed it is asked again.
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+pub const CAP_DAC_READ_SEARCH: u32 = 2;
+pub const CAP_SETPCAP: u32 = 8;
+pub const CAP_SYS_PTRACE: u32 = 19;
+pub const CAP_SYS_ADMIN: u32 = 21;
+pub const CAP_PERFMON: u32 = 38;
+pub const CAP_BPF: u32 = 39;
+
+/// What the agent will still do that needs a capability.
+#[derive(Clone, Copy, Debug)]
+pub struct Needs {
+    /// The probes are loaded: their maps are read every round.
+    pub bpf_maps: bool,
+    /// Programs may be attached later (adaptive read tracing).
+    pub attach_later: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PrivilegeError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{what}: {source}")]
+    Syscall {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("threads {0:?} still hold capabilities beyond the kept set after 2 s")]
+    Threads(Vec<u32>),
+}
+
+/// Names of the capabilities in `mask`.
+pub fn names(mask: u64) -> Vec<&'static str> {
+    [
+        (CAP_DAC_READ_SEARCH, "CAP_DAC_READ_SEARCH"),
+        (CAP_SYS_PTRACE, "CAP_SYS_PTRACE"),
+        (CAP_SYS_ADMIN, "CAP_SYS_ADMIN"),
+        (CAP_PERFMON, "CAP_PERFMON"),
+        (CAP_BPF, "CAP_BPF"),
+    ]
+    .into_iter()
+    .filter(|(c, _)| mask & bit(*c) != 0)
+    .map(|(_, n)| n)
+    .collect()
+}
+
+const fn bit(cap: u32) -> u64 {
+    1 << cap
+}
+
+/// The capabilities to keep, of those `permitted`, for `needs`.
+pub fn kept_set(permitted: u64, needs: Needs) -> u64 {
+    let mut want = bit(CAP_SYS_PTRACE) | bit(CAP_DAC_READ_SEARCH);
+    if needs.bpf_maps {
+        want |= bit(CAP_BPF);
+    }
+    if needs.attach_later {
+        want |= bit(CAP_PERFMON);
+    }
+    // Given SYS_ADMIN in place of BPF / PERFMON: keep it, or the probes stop.
+    let missing = want & !permitted & (bit(CAP_BPF) | bit(CAP_PERFMON));
+    if missing != 0 {
+        want |= bit(CAP_SYS_ADMIN);
+    }
+    want & permitted
+}
+
+/// Drops every capability but those `needs` calls for, in every thread; returns the kept set.
+pub fn keep_only(needs: Needs) -> Result<u64, PrivilegeError> {
+    let status = read("/proc/self/status")?;
+    let permitted = field_hex(&status, "CapPrm:").unwrap_or(0);
+    let kept = kept_set(permitted, needs);
+    let last_cap: u32 = read("/proc/sys/kernel/cap_last_cap")?
+        .trim()
+        .parse()
+        .unwrap_or(40);
+    KEEP.store(kept, Ordering::SeqCst);
+    LAST_CAP.store(last_cap, Ordering::SeqCst);
+    install_handler()?;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let me = gettid();
+    loop {
+        // This thread first: it is the one that may not be interrupted.
+        if apply_here() != 0 {
+            return Err(PrivilegeError::Syscall {
+                what: "capset",
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        let behind = threads_holding_more(kept)?;
+        if behind.is_empty() {
+            return Ok(kept);
+        }
+        if Instant::now() > deadline {
+            return Err(PrivilegeError::Threads(behind));
+        }
+        for tid in behind.into_iter().filter(|t| *t != me) {
+            // SAFETY: tgkill(2) to a thread of this process; the handler is installed.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_tgkill,
+                    libc::getpid(),
+                    tid as libc::pid_t,
+                    signal(),
+                )
+            };
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+static KEEP: AtomicU64 = AtomicU64::new(0);
+static LAST_CAP: AtomicU32 = AtomicU32::new(40);
+
+fn signal() -> libc::c_int {
+    // glibc keeps the first real-time signals for itself (SIGRTMIN is after them).
+    libc::SIGRTMIN() + 2
+}
+
+fn install_handler() -> Result<(), PrivilegeError> {
+    // SAFETY: a zeroed sigaction with a handler that makes only async-signal-safe syscalls.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = handler as *const () as usize;
+        action.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut action.sa_mask);
+        if libc::sigaction(signal(), &action, std::ptr::null_mut()) != 0 {
+            return Err(PrivilegeError::Syscall {
+                what: "sigaction",
+                source: std::io::Error::last_os_error(),
+            });
+        }
+    }
+    Ok(())
+}
+
+extern "C" fn handler(_: libc::c_int) {
+    let _ = apply_here();
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const CAP_V3: u32 = 0x2008_0522;
+
+/// Applies the kept set to the calling thread: bounding set (while CAP_SETPCAP is still
+/// effective), ambient set, then effective/permitted/inheritable, then no-new-privileges.
+/// Raw syscalls only: it runs in a signal handler. Returns 0 or the failing step's number.
+fn apply_here() -> i32 {
+    let keep = KEEP.load(Ordering::SeqCst);
+    let last = LAST_CAP.load(Ordering::SeqCst);
+    // SAFETY: prctl and capset with valid arguments on the calling thread.
+    unsafe {
+        for cap in 0..=last.min(63) {
+            if keep & bit(cap) == 0 {
+                // EPERM without CAP_SETPCAP (a container may lack it): the bounding set then
+                // stays, but permitted caps cannot come back without exec, and no-new-privs
+                // stops exec from granting any.
+                libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0);
+            }
+        }
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        );
+        let mut header = CapHeader {
+            version: CAP_V3,
+            pid: 0,
+        };
+        let data = [
+            CapData {
+                effective: keep as u32,
+                permitted: keep as u32,
+                inheritable: 0,
+            },
+            CapData {
+                effective: (keep >> 32) as u32,
+                permitted: (keep >> 32) as u32,
+                inheritable: 0,
+            },
+        ];
+        if libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) != 0 {
+            return 1;
+        }
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return 2;
+        }
+    }
+    0
+}
+
+fn gettid() -> u32 {
+    // SAFETY: no preconditions.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+fn read(path: &str) -> Result<String, PrivilegeError> {
+    std::fs::read_to_string(path).map_err(|source| PrivilegeError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn field_hex(status: &str, name: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+}
+
+/// Threads whose effective or permitted set holds more than `kept`, or without
+/// no-new-privileges.
+fn threads_holding_more(kept: u64) -> Result<Vec<u32>, PrivilegeError> {
+    let dir = std::fs::read_dir("/proc/self/task").map_err(|source| PrivilegeError::Read {
+        path: "/proc/self/task".into(),
+        source,
+    })?;
+    let mut behind = Vec::new();
+    for entry in dir.flatten() {
+        let Some(tid) = entry.file_name().to_str().and_then(|t| t.parse().ok()) else {
+            continue;
+        };
+        // A thread that ended meanwhile holds nothing.
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+            continue;
+        };
+        let over = |name| field_hex(&status, name).is_some_and(|v| v & !kept != 0);
+        let nnp = status
+            .lines()
+            .find_map(|l| l.strip_prefix("NoNewPrivs:"))
+            .is_some_and(|v| v.trim() == "1");
+        if over("CapEff:") || over("CapPrm:") || !nnp {
+            behind.push(tid);
+        }
+    }
+    Ok(behind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: u64 = (1 << 41) - 1;
+
+    #[test]
+    fn keeps_what_the_agent_still_uses_of_what_it_has() {
+        let probes = Needs {
+            bpf_maps: true,
+            attach_later: true,
+        };
+        let four = bit(CAP_BPF) | bit(CAP_PERFMON) | bit(CAP_SYS_PTRACE) | bit(CAP_DAC_READ_SEARCH);
+        assert_eq!(kept_set(ALL, probes), four, "root: the four, no SYS_ADMIN");
+        let no_attach = Needs {
+            attach_later: false,
+            ..probes
+        };
+        assert_eq!(kept_set(ALL, no_attach), four & !bit(CAP_PERFMON));
+        let none = Needs {
+            bpf_maps: false,
+            attach_later: false,
+        };
+        assert_eq!(
+            kept_set(ALL, none),
+            bit(CAP_SYS_PTRACE) | bit(CAP_DAC_READ_SEARCH)
+        );
+        // Docker 20.10's `--cap-add SYS_ADMIN`: no BPF or PERFMON to keep, so SYS_ADMIN stays.
+        let docker20 = bit(CAP_SYS_ADMIN) | bit(CAP_SETPCAP);
+        assert_eq!(kept_set(docker20, probes), bit(CAP_SYS_ADMIN));
+        assert_eq!(kept_set(docker20, none), 0);
+        assert_eq!(
+            names(four),
+            [
+                "CAP_DAC_READ_SEARCH",
+                "CAP_SYS_PTRACE",
+                "CAP_PERFMON",
+                "CAP_BPF"
+            ]
+        );
+    }
+}
