@@ -107,19 +107,19 @@ impl CgroupLayout {
     }
 }
 
-/// mountinfo escapes space, tab, newline and backslash as octal (`\040`).
+/// mountinfo escapes space, tab, newline and backslash as octal (`\040`). A backslash not
+/// followed by three octal digits of a byte value (at most `\377`) is taken as it is.
 fn unescape_mountinfo(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        if bytes[i] == b'\\'
-            && i + 3 < bytes.len()
-            && bytes[i + 1..i + 4]
-                .iter()
-                .all(|b| (b'0'..=b'7').contains(b))
-        {
-            let v = (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| bytes[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)))
+            .map(|d| d.iter().fold(0u32, |v, b| v * 8 + u32::from(b - b'0')))
+            .and_then(|v| u8::try_from(v).ok());
+        if let Some(v) = octal {
             out.push(v);
             i += 4;
         } else {
@@ -180,6 +180,11 @@ mod tests {
     fn unescapes_mount_points() {
         assert_eq!(unescape_mountinfo("/mnt/a\\040b"), "/mnt/a b");
         assert_eq!(unescape_mountinfo("/plain"), "/plain");
+        // Found by the mountinfo fuzz target: `\777` is no byte (it overflowed a u8), and a
+        // backslash at the end has no digits to read.
+        assert_eq!(unescape_mountinfo("/a\\777b"), "/a\\777b");
+        assert_eq!(unescape_mountinfo("/a\\377"), "/a\u{fffd}");
+        assert_eq!(unescape_mountinfo("/a\\04"), "/a\\04");
     }
 
     #[test]

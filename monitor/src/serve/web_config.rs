@@ -62,6 +62,7 @@ impl WebConfig {
             path: path.to_owned(),
             source,
         })?;
+        let text = crate::config::unix_line_breaks(&text);
         let mut c: WebConfig = from_yaml(&text, path)?;
         c.validate()
             .map_err(|(field, message)| invalid_field(&text, path, field, message))?;
