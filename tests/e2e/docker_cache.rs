@@ -49,6 +49,7 @@ async fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
 /// The Docker source on `sock`, once its first list is in the cache.
 async fn start_source(
     sock: &Path,
+    resync_every: Duration,
 ) -> (
     Arc<DockerCache>,
     Arc<EventCounters>,
@@ -62,6 +63,7 @@ async fn start_source(
         socket: sock.to_owned(),
         timeout: Duration::from_secs(5),
         max_backoff: Duration::from_millis(500),
+        resync_every,
     };
     let task = tokio::spawn(run(config, cache.clone(), events.clone(), stop_rx));
     wait_for("the first list", Duration::from_secs(10), || {
@@ -88,7 +90,8 @@ async fn follows_events_and_relists_after_the_daemon_returns() {
     let sock: PathBuf = dir.path().join("docker.sock");
     let proxy = Proxy::start(&sock).await;
 
-    let (cache, events, stop, task) = start_source(&sock).await;
+    let (cache, events, stop, task) =
+        start_source(&sock, gpuwatch::sources::docker::RESYNC_EVERY).await;
 
     // A container started now reaches the cache through the event stream.
     let c = tokio::task::spawn_blocking(|| {
@@ -138,14 +141,16 @@ async fn follows_events_and_relists_after_the_daemon_returns() {
 }
 
 /// Forwards to the real Docker socket, but answers `500` to inspects of the container whose id
-/// is in `fail` (while it is set): a daemon that lists a container and cannot describe it.
-struct InspectFailingProxy {
+/// is in `fail` (while it is set): a daemon that lists a container and cannot describe it. With
+/// `mute_events`, the event stream is answered and then never sends an event: a daemon whose
+/// events are lost.
+struct FaultyProxy {
     _tasks: JoinSet<()>,
     fail: Arc<std::sync::Mutex<Option<String>>>,
 }
 
-impl InspectFailingProxy {
-    async fn start(path: &Path, fail: Option<String>) -> Self {
+impl FaultyProxy {
+    async fn start(path: &Path, fail: Option<String>, mute_events: bool) -> Self {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let _ = std::fs::remove_file(path);
         let listener = UnixListener::bind(path).unwrap();
@@ -190,7 +195,14 @@ impl InspectFailingProxy {
                             let refused = failing.is_some_and(|id| {
                                 line.starts_with("GET ") && line.contains(&format!("/containers/{id}/json"))
                             });
-                            if refused {
+                            if mute_events && line.starts_with("GET ") && line.contains("/events") {
+                                let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+                                let _ = client_tx.lock().await.write_all(head.as_bytes()).await;
+                                // Held open, silent, until the client goes.
+                                let mut rest = vec![0u8; 1024];
+                                while matches!(client_rx.read(&mut rest).await, Ok(n) if n > 0) {}
+                                break 'conn;
+                            } else if refused {
                                 let body = r#"{"message":"injected failure"}"#;
                                 let reply = format!(
                                     "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
@@ -232,7 +244,7 @@ async fn a_container_whose_inspect_fails_is_unverified_then_retried() {
             .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let sock: PathBuf = dir.path().join("docker.sock");
-    let proxy = InspectFailingProxy::start(&sock, Some(c.id.clone())).await;
+    let proxy = FaultyProxy::start(&sock, Some(c.id.clone()), false).await;
 
     // A one-shot snapshot through the proxy, the container's main process on a fake GPU.
     let scenario = dir.path().join("scenario.json");
@@ -286,7 +298,8 @@ async fn a_container_whose_inspect_fails_is_unverified_then_retried() {
     );
 
     // The cache keeps it as unverified, retries, and knows it once the daemon answers.
-    let (cache, events, stop, task) = start_source(&sock).await;
+    let (cache, events, stop, task) =
+        start_source(&sock, gpuwatch::sources::docker::RESYNC_EVERY).await;
     assert!(cache.get(&c.id).is_none());
     assert!(cache
         .unverified(&c.id)
@@ -306,4 +319,38 @@ async fn a_container_whose_inspect_fails_is_unverified_then_retried() {
     stop_source(stop, task).await;
     drop(proxy);
     tokio::task::spawn_blocking(move || drop(c)).await.unwrap();
+}
+
+/// The periodic re-list mends what the event stream missed: with every event lost, a
+/// container started after the first list is known at the next resync, and is dropped at the
+/// one after it stops. (Every 5 minutes by default; every 2 s here.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_resync_finds_containers_the_event_stream_missed() {
+    require_root();
+    ensure_image();
+    let dir = tempfile::tempdir().unwrap();
+    let sock: PathBuf = dir.path().join("docker.sock");
+    let _proxy = FaultyProxy::start(&sock, None, true).await;
+    const RESYNC: Duration = Duration::from_secs(2);
+    let (cache, _events, stop, task) = start_source(&sock, RESYNC).await;
+    let c = tokio::task::spawn_blocking(|| Container::start(&unique("resync"), &[], "sleep 3600"))
+        .await
+        .unwrap();
+    // No event will tell: the first resync after the start must.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    wait_for("the resync to add it", RESYNC * 3, || {
+        cache.get(&c.id).is_some()
+    })
+    .await;
+    assert_eq!(cache.get(&c.id).unwrap().name, c.name);
+    eprintln!("known {:?} after the start", started.elapsed());
+    let id = c.id.clone();
+    tokio::task::spawn_blocking(move || drop(c)).await.unwrap();
+    wait_for("the resync to drop it", RESYNC * 3, || {
+        cache.get(&id).is_none()
+    })
+    .await;
+    assert!(cache.status().up, "a silent stream is no failure");
+    stop_source(stop, task).await;
 }

@@ -35,6 +35,9 @@ pub struct DockerSourceConfig {
     pub timeout: Duration,
     /// Longest wait between reconnection attempts.
     pub max_backoff: Duration,
+    /// How often the running containers are listed again, to mend what the event stream
+    /// missed.
+    pub resync_every: Duration,
 }
 
 impl Default for DockerSourceConfig {
@@ -43,6 +46,7 @@ impl Default for DockerSourceConfig {
             socket: PathBuf::from("/var/run/docker.sock"),
             timeout: Duration::from_secs(5),
             max_backoff: Duration::from_secs(30),
+            resync_every: RESYNC_EVERY,
         }
     }
 }
@@ -309,7 +313,7 @@ async fn connect_and_follow(
     tracing::info!(socket = %socket, engine = ?daemon.engine, containers = cache.read().containers.len(), "Docker source up");
 
     let mut retry = tokio::time::interval(RETRY_EVERY);
-    let mut resync = tokio::time::interval(RESYNC_EVERY);
+    let mut resync = tokio::time::interval(config.resync_every);
     resync.tick().await; // the first tick is now: the list above
     loop {
         let item = tokio::select! {
