@@ -3,10 +3,12 @@
 //! `setup` installs, idempotently, everything the build and the tests need on a fresh Debian
 //! machine; `test` and `run` call it first, so each of the README's two commands works alone.
 mod bench_vs_nvitop;
+mod fuzz;
 mod gpu_bundle;
 mod image;
 mod release;
 mod setup;
+mod soak;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -30,12 +32,15 @@ enum Task {
         #[arg(long)]
         test: bool,
     },
-    /// Set up, then run formatting and lint checks and the whole test suite (unit, eBPF and
-    /// real-Docker end-to-end tests).
+    /// Set up, then run formatting and lint checks, the whole test suite (unit, eBPF and
+    /// real-Docker end-to-end tests) and a 10-s smoke of each fuzz target.
     Test {
         /// Skip `cargo fmt --check` and clippy.
         #[arg(long)]
         no_lint: bool,
+        /// Skip the fuzz smoke (each fuzz target for 10 s after the tests).
+        #[arg(long)]
+        no_fuzz: bool,
         /// Extra arguments for `cargo test` (after `--`).
         #[arg(last = true)]
         args: Vec<String>,
@@ -66,6 +71,13 @@ enum Task {
     /// Build the release tarball under target/dist: the stripped binary, the systemd unit, the
     /// example config, the README and the licences, with the glibc floor it needs.
     Release,
+    /// Run each fuzz target (tests/fuzz: the recording reader, cgroup paths, /proc stat,
+    /// mountinfo, BTF, the config and its error locator) for a set time, with a table of runs.
+    Fuzz(fuzz::Args),
+    /// The agent under churn (root, dockerd): `serve` while a container starts every second,
+    /// scraped every second; RSS, open files, series, probe map entries and internal events at
+    /// the start and the end.
+    Soak(soak::Args),
     /// Set up, build the release binary and run it with these arguments (default: `snapshot`).
     Run {
         #[arg(last = true)]
@@ -77,11 +89,23 @@ fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Setup { test: false } => setup::run(Purpose::Run),
         Task::Setup { test: true } => setup::run(Purpose::Test),
-        Task::Test { no_lint, args } => {
+        Task::Test {
+            no_lint,
+            no_fuzz,
+            args,
+        } => {
             setup::run(Purpose::Test)?;
             // The e2e test of the agent's image builds deploy/Dockerfile on this base.
             image::base()?;
-            test(no_lint, &args)
+            test(no_lint, &args)?;
+            if no_fuzz || !args.is_empty() {
+                return Ok(());
+            }
+            // The smoke: each target briefly, so a parser that panics on its seeds fails CI.
+            fuzz::run(&fuzz::Args {
+                seconds: 10,
+                targets: Vec::new(),
+            })
         }
         Task::Image => {
             setup::run(Purpose::Run)?;
@@ -120,6 +144,14 @@ fn main() -> Result<()> {
         Task::Run { args } => {
             setup::run(Purpose::Run)?;
             run(&args)
+        }
+        Task::Soak(args) => {
+            setup::run(Purpose::Test)?;
+            soak::run(&args)
+        }
+        Task::Fuzz(args) => {
+            setup::run(Purpose::Run)?;
+            fuzz::run(&args)
         }
         Task::Release => {
             setup::run(Purpose::Run)?;

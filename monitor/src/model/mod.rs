@@ -87,6 +87,8 @@ pub struct ProbeHealth {
     pub unmatched_end: u64,
     /// Entries in each per-task map, sized from the host's possible CPUs.
     pub task_map_entries: u32,
+    /// Entries of the thread-state task map in use at the last read.
+    pub task_map_entries_used: usize,
     /// The read and block programs: attached always, never, or while a workload needs them.
     pub io_tracing: IoTracingState,
 }

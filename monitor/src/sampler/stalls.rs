@@ -93,6 +93,7 @@ impl Stalls {
             field_read_failed: self.failures[probe_stat::FIELD_READ_FAILED as usize],
             unmatched_end: self.failures[probe_stat::UNMATCHED_END as usize],
             task_map_entries: p.task_entries,
+            task_map_entries_used: self.previous.as_ref().map_or(0, |t| t.times.len()),
             io_tracing: IoTracingState {
                 mode: self.demand.mode().as_str(),
                 state: p.io_state(),
