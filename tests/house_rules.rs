@@ -79,10 +79,7 @@ fn the_model_and_the_units_import_nothing_above_them() {
 
 #[test]
 fn sources_never_name_the_sampler_analysis_health_or_outputs() {
-    layer_names_only(
-        "sources",
-        &["model", "events", "kernel_btf", "caps", "tracefs"],
-    );
+    layer_names_only("sources", &["model", "events", "caps"]);
 }
 
 #[test]
@@ -94,10 +91,8 @@ fn the_sampler_assembles_facts_and_judges_nothing() {
             "units",
             "sources",
             "events",
-            "attribution",
             "cgroup",
-            "process_checks",
-            "busy_split",
+            "live_file",
             "heartbeat",
         ],
     );

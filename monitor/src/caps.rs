@@ -1,5 +1,9 @@
-//! The process's effective capabilities, to say exactly what is missing when eBPF cannot load.
+//! Capabilities: the numbers gpuwatch names, and the sets in `/proc/<pid>/status`, to say
+//! exactly what is missing when eBPF cannot load and to keep only what is needed once started.
 
+pub const CAP_DAC_READ_SEARCH: u32 = 2;
+pub const CAP_SETPCAP: u32 = 8;
+pub const CAP_SYS_PTRACE: u32 = 19;
 pub const CAP_SYS_ADMIN: u32 = 21;
 pub const CAP_PERFMON: u32 = 38;
 pub const CAP_BPF: u32 = 39;
@@ -12,9 +16,14 @@ pub fn effective() -> std::io::Result<u64> {
 }
 
 pub fn parse_cap_eff(status: &str) -> Option<u64> {
+    status_set(status, "CapEff:")
+}
+
+/// A capability set of a `status` file (`CapEff:`, `CapPrm:`, `CapBnd:`), as a bit mask.
+pub fn status_set(status: &str, name: &str) -> Option<u64> {
     status
         .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
+        .find_map(|l| l.strip_prefix(name))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
 }
 

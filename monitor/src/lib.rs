@@ -6,25 +6,20 @@
 //! [`sampler::Sampler`]) → [`analysis`] and [`health`] (verdicts, alerts, checks) → [`output`]
 //! and [`notify`]. [`config`] is the YAML file that sets all of it.
 pub mod analysis;
-pub mod attribution;
-pub mod busy_split;
 pub mod caps;
 pub mod cgroup;
 pub mod config;
 pub mod events;
 pub mod health;
 pub mod heartbeat;
-pub mod kernel_btf;
 pub mod live_file;
 pub mod model;
 pub mod notify;
 pub mod output;
-pub mod process_checks;
 pub mod recording;
 pub mod runtime;
 pub mod sampler;
 pub mod serve;
 pub mod sources;
 pub mod top;
-pub mod tracefs;
 pub mod units;

@@ -16,15 +16,11 @@
 //! and Docker runtimes, the watchdog). So the change is made in every thread, as glibc does
 //! for `setuid`: each is sent a real-time signal whose handler applies it to itself; then every
 //! thread's `/proc/self/task/<tid>/status` is checked, and one that missed it is asked again.
+use crate::caps::{
+    status_set, CAP_BPF, CAP_DAC_READ_SEARCH, CAP_PERFMON, CAP_SYS_ADMIN, CAP_SYS_PTRACE,
+};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-
-pub const CAP_DAC_READ_SEARCH: u32 = 2;
-pub const CAP_SETPCAP: u32 = 8;
-pub const CAP_SYS_PTRACE: u32 = 19;
-pub const CAP_SYS_ADMIN: u32 = 21;
-pub const CAP_PERFMON: u32 = 38;
-pub const CAP_BPF: u32 = 39;
 
 /// What the agent will still do that needs a capability.
 #[derive(Clone, Copy, Debug)]
@@ -90,7 +86,7 @@ pub fn kept_set(permitted: u64, needs: Needs) -> u64 {
 /// Drops every capability but those `needs` calls for, in every thread; returns the kept set.
 pub fn keep_only(needs: Needs) -> Result<u64, PrivilegeError> {
     let status = read("/proc/self/status")?;
-    let permitted = field_hex(&status, "CapPrm:").unwrap_or(0);
+    let permitted = status_set(&status, "CapPrm:").unwrap_or(0);
     let kept = kept_set(permitted, needs);
     let last_cap: u32 = read("/proc/sys/kernel/cap_last_cap")?
         .trim()
@@ -237,13 +233,6 @@ fn read(path: &str) -> Result<String, PrivilegeError> {
     })
 }
 
-fn field_hex(status: &str, name: &str) -> Option<u64> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(name))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-}
-
 /// Threads whose effective or permitted set holds more than `kept`, or without
 /// no-new-privileges.
 fn threads_holding_more(kept: u64) -> Result<Vec<u32>, PrivilegeError> {
@@ -260,7 +249,7 @@ fn threads_holding_more(kept: u64) -> Result<Vec<u32>, PrivilegeError> {
         let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
             continue;
         };
-        let over = |name| field_hex(&status, name).is_some_and(|v| v & !kept != 0);
+        let over = |name| status_set(&status, name).is_some_and(|v| v & !kept != 0);
         let nnp = status
             .lines()
             .find_map(|l| l.strip_prefix("NoNewPrivs:"))
@@ -300,7 +289,7 @@ mod tests {
             bit(CAP_SYS_PTRACE) | bit(CAP_DAC_READ_SEARCH)
         );
         // Docker 20.10's `--cap-add SYS_ADMIN`: no BPF or PERFMON to keep, so SYS_ADMIN stays.
-        let docker20 = bit(CAP_SYS_ADMIN) | bit(CAP_SETPCAP);
+        let docker20 = bit(CAP_SYS_ADMIN) | bit(crate::caps::CAP_SETPCAP);
         assert_eq!(kept_set(docker20, probes), bit(CAP_SYS_ADMIN));
         assert_eq!(kept_set(docker20, none), 0);
         assert_eq!(

@@ -4,7 +4,7 @@
 //! of the engine the agent is connected to stands only where that engine lists the container
 //! and the path is the container's own cgroup (or below it); otherwise the process is a
 //! workload of its own, shown with its real path, and the look-alike is counted.
-use crate::attribution::read_process;
+use super::attribution::read_process;
 use crate::events::{EventCounters, InternalEvent};
 use crate::model::{Engine, WorkloadId, WorkloadKind};
 use crate::sources::docker::DockerCache;

@@ -1,20 +1,22 @@
 //! The sampler: one round reads every source once and assembles a [`Snapshot`].
 //!
 //! Data flows one way: sources → attribution → snapshot. Per round the cost is NVML's cheap
-//! calls, `/proc` reads only for PIDs new to this round (see [`crate::attribution`]) and a slice
-//! of the others' state ([`crate::process_checks`]), a few cgroup files per workload and one walk
+//! calls, `/proc` reads only for PIDs new to this round (see [`attribution`]) and a slice
+//! of the others' state ([`process_checks`]), a few cgroup files per workload and one walk
 //! of the probe's maps; Docker metadata comes from the cache. Every `series_interval` a round
 //! also fetches the GPU utilisation series, and rounds wait in [`pending`] until the series
 //! covers them.
+pub mod attribution;
+mod busy_split;
 mod cgroups;
 mod claims;
 mod container_config;
 pub mod io_tracing;
 mod namespaces;
 mod pending;
+mod process_checks;
 mod stalls;
 
-use crate::attribution::{read_process, AttributionError, PidMap, PidSet, ProcessTable};
 use crate::cgroup::{CgroupLayout, CgroupMembership};
 use crate::events::{EventCounters, InternalEvent};
 use crate::heartbeat::{Heartbeat, Step};
@@ -23,12 +25,13 @@ use crate::model::{
     CpuUsage, Gpu, GpuProcess, HostInfo, MemoryUsage, Snapshot, SourceState, Sources, Workload,
     WorkloadGpu, WorkloadGpuShare, SCHEMA_VERSION,
 };
-use crate::process_checks::ProcessChecks;
 use crate::sources::docker::DockerCache;
 use crate::sources::gpu::{GpuSource, GpuSourceConfig};
+use attribution::{read_process, AttributionError, PidMap, PidSet, ProcessTable};
 use cgroups::{discover_docker_cgroups, membership_for_path, WorkloadCgroup};
 use container_config::ConfigReader;
 use pending::{Completion, Fetched, PendingRound};
+use process_checks::ProcessChecks;
 use stalls::Stalls;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;

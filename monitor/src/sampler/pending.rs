@@ -5,7 +5,7 @@
 //! driver keeps 14 s). So a round is held until the series reaches the end of its window, then
 //! completed: each GPU's busy share over the window, divided between its holders, and the
 //! verdicts, which need it.
-use crate::busy_split::{self, Holder};
+use super::busy_split::{self, Holder};
 use crate::model::{SmActivity, WorkloadId};
 
 use crate::model::{BusySource, Gpu, GpuBusy, Snapshot, SplitMethod, Workload};

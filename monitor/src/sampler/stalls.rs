@@ -2,12 +2,12 @@
 //! the cumulative per-task counters, and turns this round's minus the previous round's into
 //! each cgroup's [`StallWindow`].
 use super::io_tracing::{IoDemand, IoTracingConfig, IoTracingMode};
+use super::process_checks::ProcessChecks;
 use crate::events::{EventCounters, InternalEvent};
 use crate::model::{
     IoSummary, IoTracing, IoTracingState, ProbeHealth, ProcessRole, ProcessStall, SourceState,
     StallWindow, ThreadTimes,
 };
-use crate::process_checks::ProcessChecks;
 use crate::sources::stall_probe::{Accumulate, ProbeTotals, StallProbe};
 use monitor_common::{probe_stat, task_thread, IoStats, TaskKey, TaskTimes, LATENCY_BUCKETS};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -229,7 +229,7 @@ impl Stalls {
     pub fn window(
         &mut self,
         cgroup_id: u64,
-        gpu_pids: &crate::attribution::PidSet,
+        gpu_pids: &super::attribution::PidSet,
         window_seconds: Option<f64>,
         checks: &mut ProcessChecks,
         events: &EventCounters,
@@ -272,7 +272,7 @@ impl Stalls {
     fn charged_window(
         &self,
         cgroup_id: u64,
-        gpu_pids: &crate::attribution::PidSet,
+        gpu_pids: &super::attribution::PidSet,
         events: &EventCounters,
     ) -> Option<StallWindow> {
         let previous = self.previous.as_ref()?;
@@ -430,7 +430,7 @@ pub(crate) fn io_summary(s: &IoStats) -> IoSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attribution::PidSet;
+    use crate::sampler::attribution::PidSet;
     use monitor_common::task_thread::{MAIN, OTHERS};
 
     const CG: u64 = 77;

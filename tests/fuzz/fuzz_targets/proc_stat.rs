@@ -4,5 +4,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = gpuwatch::attribution::parse_stat(data);
+    let _ = gpuwatch::sampler::attribution::parse_stat(data);
 });

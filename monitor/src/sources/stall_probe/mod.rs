@@ -8,11 +8,12 @@
 //! [`StallProbe::missing`]; only the scheduler part is required.
 mod batch;
 mod io_links;
+pub mod kernel_btf;
 pub mod map_sizing;
+pub mod tracefs;
 
-use crate::kernel_btf::{BtfError, KernelBtf};
+use crate::caps;
 use crate::model::IoTracing;
-use crate::{caps, tracefs};
 use aya::maps::{
     Array, HashMap as BpfHashMap, IterableMap, MapData, MapError, PerCpuArray, PerCpuHashMap,
     PerCpuValues,
@@ -21,6 +22,7 @@ use aya::programs::{ProgramError, TracePoint};
 use aya::{Ebpf, EbpfError, EbpfLoader, Pod};
 use batch::{BatchError, BatchReader};
 use io_links::IoLinks;
+use kernel_btf::{BtfError, KernelBtf};
 use monitor_common::{probe_stat, IoStats, TaskKey, TaskTimes, WATCHED_CGROUP_ENTRIES};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;

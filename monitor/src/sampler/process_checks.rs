@@ -9,9 +9,9 @@
 //! uninterruptible sleep (D) with no CPU time spent between them: it holds its GPU memory and
 //! does nothing. That finding holds in the rounds between checks, until the next check says
 //! otherwise, so a rule that needs it for a while sees it every round.
-use crate::attribution::{PidMap, PidSet};
+use super::attribution::{PidMap, PidSet};
 use crate::live_file::LiveFile;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Every process is checked at least once in this many rounds.
 pub const ROTATION_ROUNDS: usize = 30;
@@ -44,12 +44,6 @@ pub fn parse(stat: &[u8]) -> Option<ProcStat> {
         cpu_ticks: utime + stime,
         start_time,
     })
-}
-
-/// Reads `/proc/<pid>/stat` once, by path; `None` when the process is gone or the line does not
-/// parse. A sampler reads through [`StatFiles`], which keeps the files open.
-pub fn read(proc_root: &Path, pid: u32) -> Option<ProcStat> {
-    StatFiles::new(proc_root).read(pid)
 }
 
 /// At most this many `stat` files are kept open (a process checked in rotation is read every
@@ -99,6 +93,7 @@ impl StatFiles {
     }
 
     /// How many files are held open.
+    #[cfg(test)]
     pub fn kept(&self) -> usize {
         self.files.len()
     }
@@ -225,6 +220,7 @@ impl ProcessChecks {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn write_stat(root: &Path, pid: u32, state: char, utime: u64) {
         let d = root.join(pid.to_string());
@@ -250,7 +246,9 @@ mod tests {
             }
         );
         assert!(parse(b"garbage").is_none());
-        let me = read(Path::new("/proc"), std::process::id()).unwrap();
+        let me = StatFiles::new(Path::new("/proc"))
+            .read(std::process::id())
+            .unwrap();
         assert!(me.start_time > 0 && me.state.is_ascii_uppercase(), "{me:?}");
     }
 
