@@ -101,3 +101,70 @@ fn docker_host_names_the_socket() {
         "{docker}"
     );
 }
+
+/// Habits from nvidia-smi and gpustat: bare `gpuwatch` is a snapshot (exit 0), and a bare
+/// number after `--interval`, `--duration` or `--window` is seconds; units still work. A usage
+/// error exits 64, apart from doctor's "at risk" (2).
+#[test]
+fn bare_gpuwatch_is_a_snapshot_and_bare_numbers_are_seconds() {
+    let quiet = ["--no-nvml", "--no-docker", "--no-ebpf"];
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+            .args(args)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap()
+    };
+    // Global flags only: still a snapshot, its table on stdout.
+    let bare = run(&["--log", "error"]);
+    let table = String::from_utf8_lossy(&bare.stdout);
+    assert!(
+        bare.status.success(),
+        "{}",
+        String::from_utf8_lossy(&bare.stderr)
+    );
+    assert!(
+        table.contains("KIND") && table.contains("VERDICT"),
+        "{table}"
+    );
+
+    let mut snapshot = vec!["snapshot", "--json", "--window", "0.3"];
+    snapshot.extend(quiet);
+    let out = run(&snapshot);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let window = json["window_seconds"].as_f64().unwrap();
+    assert!(
+        (0.25..1.0).contains(&window),
+        "--window 0.3 is 0.3 s: {window}"
+    );
+
+    let mut record = vec![
+        "record",
+        "--format",
+        "jsonl",
+        "--interval",
+        "0.2",
+        "--duration",
+        "1",
+    ];
+    record.extend(quiet);
+    let out = run(&record);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = String::from_utf8_lossy(&out.stdout).lines().count();
+    assert!((2..=6).contains(&rows), "1 s at 0.2 s: {rows} rows");
+
+    for bad in [&["--bogus"][..], &["snapshot", "--window", "soon"][..]] {
+        let out = run(bad);
+        assert_eq!(out.status.code(), Some(64), "{bad:?}");
+        assert!(!String::from_utf8_lossy(&out.stderr).is_empty());
+    }
+}

@@ -17,8 +17,25 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// The command line; bare `gpuwatch` (global flags at most) is `gpuwatch snapshot`, as bare
+/// `nvidia-smi` prints its table. A usage error exits [`cli::EXIT_USAGE`], apart from doctor's
+/// "at risk" (2) and a failure (1).
+fn parse() -> Cli {
+    match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.kind() == clap::error::ErrorKind::MissingSubcommand => {
+            Cli::parse_from(std::env::args_os().chain(["snapshot".into()]))
+        }
+        Err(e) if e.use_stderr() => {
+            let _ = e.print();
+            std::process::exit(cli::EXIT_USAGE.into());
+        }
+        Err(e) => e.exit(),
+    }
+}
+
 fn run() -> Result<()> {
-    let cli = Cli::parse();
+    let cli = parse();
     // The live view owns the terminal: log lines would tear it.
     let filter = if matches!(cli.command, Command::Top(_)) {
         "off"

@@ -14,6 +14,18 @@ pub mod duration {
     }
 }
 
+/// A command-line duration: a plain number is seconds (`--interval 1`, as `nvidia-smi -l 1` and
+/// `gpustat -i 1` take it), anything else a humantime duration (`500ms`, `2m`).
+pub fn seconds_or_duration(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim();
+    if let Ok(secs) = t.parse::<f64>() {
+        return std::time::Duration::try_from_secs_f64(secs)
+            .map_err(|_| format!("{s:?}: seconds must be a finite number, 0 or more"));
+    }
+    humantime::parse_duration(t)
+        .map_err(|e| format!("{s:?} is neither seconds nor a duration like 500ms or 2m ({e})"))
+}
+
 /// A size in bytes: a plain integer, or a number with a unit (`512MiB`, `2GiB`, `1.5GB`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ByteSize(pub u64);
@@ -78,6 +90,18 @@ impl std::fmt::Display for ByteSize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_bare_number_is_seconds_and_units_still_work() {
+        assert_eq!(seconds_or_duration("1"), Ok(Duration::from_secs(1)));
+        assert_eq!(seconds_or_duration("0.5"), Ok(Duration::from_millis(500)));
+        assert_eq!(seconds_or_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(seconds_or_duration("2m"), Ok(Duration::from_secs(120)));
+        for bad in ["-1", "NaN", "inf", "1 parsec", ""] {
+            assert!(seconds_or_duration(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn sizes_parse_with_and_without_units() {

@@ -17,7 +17,7 @@ pub(crate) struct DoctorArgs {
     #[arg(long)]
     pub(crate) json: bool,
     /// How long to sample (default: the config's `doctor.window`, 5 s).
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = gpuwatch::units::seconds_or_duration)]
     pub(crate) window: Option<Duration>,
 }
 

@@ -97,10 +97,10 @@ pub(crate) enum Command {
 #[derive(Args)]
 pub(crate) struct RunArgs {
     /// Time between samples (default: the config's `interval`, 1 s).
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = gpuwatch::units::seconds_or_duration)]
     pub(crate) interval: Option<Duration>,
     /// Stop after this long (default: until Ctrl-C or SIGTERM).
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = gpuwatch::units::seconds_or_duration)]
     pub(crate) duration: Option<Duration>,
 }
 
@@ -247,6 +247,9 @@ pub(crate) fn stop_on_signals() -> Result<std::sync::Arc<std::sync::atomic::Atom
 
 /// Exit status of `doctor` when a check is at risk (1 stays "the command failed").
 pub(crate) const EXIT_AT_RISK: u8 = 2;
+/// Exit status of a command line that does not parse (sysexits' EX_USAGE), so a script can
+/// tell it from doctor's "at risk".
+pub(crate) const EXIT_USAGE: u8 = 64;
 
 #[cfg(test)]
 mod tests {

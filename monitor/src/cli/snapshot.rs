@@ -15,7 +15,7 @@ pub(crate) struct SnapshotArgs {
     #[arg(long)]
     pub(crate) json: bool,
     /// How long to sample: rates (CPU cores, SM utilisation, switches) cover this window.
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration, overrides_with = "window")]
+    #[arg(long, default_value = "1s", value_parser = gpuwatch::units::seconds_or_duration, overrides_with = "window")]
     pub(crate) window: Duration,
 }
 
