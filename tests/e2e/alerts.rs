@@ -465,6 +465,24 @@ fn a_dead_webhook_never_holds_back_sampling() {
         stderr.contains("notification_dropped"),
         "a full queue is counted and logged:\n{stderr}"
     );
+    // Said once, before the first transition, on stderr: what is watched and where alerts go.
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("gpuwatch watch on "))
+        .collect();
+    assert_eq!(said.len(), 1, "{stderr}");
+    for part in [
+        "1 GPUs",
+        "12 of 12 alert rules on",
+        "gpu_temperature_high",
+        "the log, a webhook",
+    ] {
+        assert!(said[0].contains(part), "{part}: {}", said[0]);
+    }
+    assert!(
+        !stdout.contains("gpuwatch watch on"),
+        "stdout is the transitions only"
+    );
 }
 
 fn check_config(path: &Path) -> std::process::Output {

@@ -29,6 +29,7 @@ pub(crate) fn watch(args: &WatchArgs, config: &Config) -> Result<()> {
         .context("starting the agent")?;
     args.privileges.apply(&agent);
     let mut stdout = std::io::stdout().lock();
+    let mut said = false;
     gpuwatch::runtime::daemon::run_rounds(
         &mut agent,
         config,
@@ -36,6 +37,10 @@ pub(crate) fn watch(args: &WatchArgs, config: &Config) -> Result<()> {
         args.run.duration,
         &stop,
         |snap, round, _| -> Result<()> {
+            if !std::mem::replace(&mut said, true) {
+                // Once, on stderr (stdout stays the transitions): what is being watched.
+                eprintln!("{}", watching(&snap, config));
+            }
             for a in &round.notify {
                 if args.json {
                     let n = Notification {
@@ -52,6 +57,48 @@ pub(crate) fn watch(args: &WatchArgs, config: &Config) -> Result<()> {
                 }
             }
             stdout.flush().context("writing to stdout")
+        },
+    )
+}
+
+/// What `watch` watches, said once before the first transition: the GPUs, the workloads, the
+/// rules that run and where alerts go.
+fn watching(snap: &gpuwatch::model::Snapshot, config: &Config) -> String {
+    use gpuwatch::health::rules::RULE_NAMES;
+    let rules = &config.alerts.rules;
+    let on: Vec<&str> = RULE_NAMES
+        .iter()
+        .copied()
+        .filter(|r| rules.is_enabled(r))
+        .collect();
+    let holding = snap
+        .workloads
+        .iter()
+        .filter(|w| w.gpu.processes > 0)
+        .count();
+    let mut to = Vec::new();
+    if config.notify.log {
+        to.push("the log");
+    }
+    if config.notify.webhook.is_some() {
+        to.push("a webhook");
+    }
+    if config.notify.command.is_some() {
+        to.push("a command");
+    }
+    format!(
+        "gpuwatch watch on {}: {} GPUs, {} workloads ({holding} holding a GPU); {} of {} alert \
+         rules on ({}); alerts go to {} and below as they fire and resolve",
+        snap.host.hostname,
+        snap.gpus.len(),
+        snap.workloads.len(),
+        on.len(),
+        RULE_NAMES.len(),
+        on.join(", "),
+        if to.is_empty() {
+            "nowhere else".to_owned()
+        } else {
+            to.join(", ")
         },
     )
 }
