@@ -168,3 +168,39 @@ fn bare_gpuwatch_is_a_snapshot_and_bare_numbers_are_seconds() {
         assert!(!String::from_utf8_lossy(&out.stderr).is_empty());
     }
 }
+
+/// `snapshot -l SECONDS` prints again every interval until SIGTERM, as `nvidia-smi -l` does,
+/// and ends with status 0; each print is a whole snapshot, the later ones covering about the
+/// interval.
+#[test]
+fn snapshot_loop_prints_every_interval_until_stopped() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        .args(["snapshot", "--json", "--window", "0.3", "-l", "0.4"])
+        .args(["--no-nvml", "--no-docker", "--no-ebpf"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2000));
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{:?}", out.status);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let docs: Vec<serde_json::Value> = serde_json::Deserializer::from_str(&text)
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(
+        (3..=6).contains(&docs.len()),
+        "{} snapshots in 2 s",
+        docs.len()
+    );
+    for d in &docs[1..] {
+        let w = d["window_seconds"].as_f64().unwrap();
+        assert!(
+            (0.3..0.8).contains(&w),
+            "a later window covers the interval: {w}"
+        );
+    }
+}

@@ -17,6 +17,10 @@ pub(crate) struct SnapshotArgs {
     /// How long to sample: rates (CPU cores, SM utilisation, switches) cover this window.
     #[arg(long, default_value = "1s", value_parser = gpuwatch::units::seconds_or_duration, overrides_with = "window")]
     pub(crate) window: Duration,
+    /// Print again every SECONDS until Ctrl-C or SIGTERM, as `nvidia-smi -l` does; each print
+    /// covers the time since the one before.
+    #[arg(short = 'l', long = "loop", value_name = "SECONDS", value_parser = gpuwatch::units::seconds_or_duration)]
+    pub(crate) every: Option<Duration>,
 }
 
 pub(crate) fn snapshot(args: &SnapshotArgs, config: &Config) -> Result<()> {
@@ -32,14 +36,34 @@ pub(crate) fn snapshot(args: &SnapshotArgs, config: &Config) -> Result<()> {
     let mut rounds = agent.round();
     rounds.extend(agent.flush());
     let snap = rounds.pop().context("the sampler returned no round")?;
+    print(&snap, args.json)?;
+    let Some(every) = args.every.filter(|e| !e.is_zero()) else {
+        return Ok(());
+    };
+    let stop = super::stop_on_signals()?;
+    loop {
+        agent.wait_until(std::time::Instant::now() + every, &stop);
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(());
+        }
+        let mut rounds = agent.round();
+        rounds.extend(agent.flush());
+        if let Some(snap) = rounds.pop() {
+            print(&snap, args.json)?;
+        }
+    }
+}
+
+/// One snapshot on stdout: pretty JSON, or the table.
+fn print(snap: &gpuwatch::model::Snapshot, json: bool) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
-    if args.json {
-        serde_json::to_writer_pretty(&mut stdout, &snap).context("writing JSON")?;
+    if json {
+        serde_json::to_writer_pretty(&mut stdout, snap).context("writing JSON")?;
         writeln!(stdout).context("writing JSON")?;
     } else {
         stdout
-            .write_all(table::render_snapshot(&snap).as_bytes())
+            .write_all(table::render_snapshot(snap).as_bytes())
             .context("writing the table")?;
     }
-    Ok(())
+    stdout.flush().context("writing to stdout")
 }
