@@ -174,7 +174,7 @@ fn bare_gpuwatch_is_a_snapshot_and_bare_numbers_are_seconds() {
 /// interval.
 #[test]
 fn snapshot_loop_prints_every_interval_until_stopped() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+    let child = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
         .args(["snapshot", "--json", "--window", "0.3", "-l", "0.4"])
         .args(["--no-nvml", "--no-docker", "--no-ebpf"])
         .stdout(std::process::Stdio::piped())
