@@ -75,6 +75,7 @@ fn layer_names_only(layer: &str, allowed: &[&str]) {
 fn the_model_and_the_units_import_nothing_above_them() {
     layer_names_only("model", &[]);
     layer_names_only("units", &[]);
+    layer_names_only("field_error", &[]);
 }
 
 #[test]
@@ -94,13 +95,19 @@ fn the_sampler_assembles_facts_and_judges_nothing() {
             "cgroup",
             "live_file",
             "heartbeat",
+            "field_error",
         ],
     );
 }
 
 #[test]
 fn the_analysis_reads_the_model_only() {
-    layer_names_only("analysis", &["model", "units"]);
+    layer_names_only("analysis", &["model", "units", "field_error"]);
+}
+
+#[test]
+fn health_judges_snapshots_and_names_no_source_output_or_config_file() {
+    layer_names_only("health", &["model", "units", "field_error", "analysis"]);
 }
 
 #[test]

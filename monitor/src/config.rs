@@ -3,14 +3,15 @@
 //!
 //! Every key is optional (no file at all gives the defaults); unknown keys are errors, and every
 //! error names the file, the line and the field. Each section's type lives beside the code that
-//! uses it ([`crate::analysis::verdict::VerdictConfig`], [`crate::health::rules::RulesConfig`],
+//! uses it ([`crate::analysis::verdict::VerdictConfig`], [`crate::health::alerts::AlertsConfig`],
 //! [`crate::notify::NotifyConfig`], ...); this module owns the file and the value formats
 //! (durations like `90s`, sizes like `2GiB`). `gpuwatch check-config FILE` validates a file;
 //! `docs/config.md` documents every key.
 use crate::analysis::headroom::HeadroomConfig;
 use crate::analysis::verdict::VerdictConfig;
+use crate::field_error::FieldError;
+use crate::health::alerts::AlertsConfig;
 use crate::health::doctor::DoctorConfig;
-use crate::health::rules::RulesConfig;
 use crate::notify::NotifyConfig;
 use crate::units::duration;
 use serde::Deserialize;
@@ -81,25 +82,6 @@ impl Default for SourcesConfig {
     }
 }
 
-/// The alert engine: its rules and how often it may notify.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct AlertsConfig {
-    /// Notifications (firing and resolved) sent per minute at most, over all alerts; the rest
-    /// are counted (`notifications_rate_limited`) and logged, not sent.
-    pub max_notifications_per_minute: u32,
-    pub rules: RulesConfig,
-}
-
-impl Default for AlertsConfig {
-    fn default() -> Self {
-        Self {
-            max_notifications_per_minute: 30,
-            rules: RulesConfig::default(),
-        }
-    }
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("reading {path}: {source}")]
@@ -143,35 +125,31 @@ impl Config {
         let config: Config = from_yaml(text, path)?;
         config
             .validate()
-            .map_err(|(field, message)| invalid_field(text, path, field, message))?;
+            .map_err(|e| invalid_field(text, path, e.field, e.message))?;
         Ok(config)
     }
 
     /// Checks that values make sense together; returns the offending field's dotted path.
-    fn validate(&self) -> Result<(), (String, String)> {
+    fn validate(&self) -> Result<(), FieldError> {
         if self.interval.is_zero() {
-            return Err(("interval".into(), "must be more than 0".into()));
+            return Err(FieldError::new("interval", "must be more than 0"));
         }
         self.sources
             .read_tracing
             .validate()
-            .map_err(|(f, why)| (format!("sources.read_tracing.{f}"), why))?;
+            .map_err(|e| e.within("sources.read_tracing"))?;
         if self.sources.nvml_series_interval.is_zero() {
-            return Err((
-                "sources.nvml_series_interval".into(),
-                "must be more than 0".into(),
+            return Err(FieldError::new(
+                "sources.nvml_series_interval",
+                "must be more than 0",
             ));
         }
         self.alerts
             .rules
             .validate()
-            .map_err(|(f, m)| (format!("alerts.rules.{f}"), m))?;
-        self.notify
-            .validate()
-            .map_err(|(f, m)| (format!("notify.{f}"), m))?;
-        self.doctor
-            .validate()
-            .map_err(|(f, m)| (format!("doctor.{f}"), m))?;
+            .map_err(|e| e.within("alerts.rules"))?;
+        self.notify.validate().map_err(|e| e.within("notify"))?;
+        self.doctor.validate().map_err(|e| e.within("doctor"))?;
         Ok(())
     }
 }

@@ -10,6 +10,7 @@ pub mod caps;
 pub mod cgroup;
 pub mod config;
 pub mod events;
+pub mod field_error;
 pub mod health;
 pub mod heartbeat;
 pub mod live_file;

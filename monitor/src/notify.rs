@@ -3,6 +3,7 @@
 //! full queue drops the notification and counts it (`notification_dropped`), a receiver that
 //! stays down costs retries with back-off on the worker, then `notification_failed`.
 use crate::events::{EventCounters, InternalEvent};
+use crate::field_error::FieldError;
 use crate::health::alerts::{Alert, AlertState};
 use crate::units::duration;
 use serde::{Deserialize, Serialize};
@@ -85,24 +86,24 @@ fn default_command_timeout() -> Duration {
 }
 
 impl NotifyConfig {
-    pub fn validate(&self) -> Result<(), (String, String)> {
+    pub fn validate(&self) -> Result<(), FieldError> {
         if let Some(w) = &self.webhook {
             if !(w.url.starts_with("http://") || w.url.starts_with("https://")) {
-                return Err((
-                    "webhook.url".into(),
+                return Err(FieldError::new(
+                    "webhook.url",
                     format!("{:?} is not an http:// or https:// URL", w.url),
                 ));
             }
             if w.queue == 0 {
-                return Err(("webhook.queue".into(), "must be at least 1".into()));
+                return Err(FieldError::new("webhook.queue", "must be at least 1"));
             }
         }
         if let Some(c) = &self.command {
             if c.argv.is_empty() || c.argv[0].is_empty() {
-                return Err(("command.argv".into(), "names no program".into()));
+                return Err(FieldError::new("command.argv", "names no program"));
             }
             if c.queue == 0 {
-                return Err(("command.queue".into(), "must be at least 1".into()));
+                return Err(FieldError::new("command.queue", "must be at least 1"));
             }
         }
         Ok(())

@@ -1,5 +1,5 @@
-//! Units the config file and the outputs share: durations (`90s`, `5m`) and byte sizes
-//! (`512MiB`, `2GiB`). Imports nothing from the crate.
+//! Units the config file and the outputs share: durations (`90s`, `5m`), byte sizes
+//! (`512MiB`, `2GiB`) and times (RFC 3339). Imports nothing from the crate.
 use serde::Deserialize;
 
 /// `90s`, `5m`, `1h 30m`, `500ms` (humantime).
@@ -85,6 +85,17 @@ impl std::fmt::Display for ByteSize {
             write!(f, "{:.0} MiB", b / Self::MIB as f64)
         }
     }
+}
+
+/// RFC 3339 (UTC) of a Unix time in milliseconds; empty if out of range.
+pub fn rfc3339(unix_ms: u64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(unix_ms) * 1_000_000)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -151,6 +151,7 @@ fn every_rule_fires_and_resolves_once_per_incident() {
     let ddp = Container::start(&unique("alert-ddp"), &[], "sleep 3600");
     let ghost = Container::start(&unique("alert-ghost"), &[], "sleep 3600");
     let (trainer_pid, ddp_pid, ghost_pid) = (trainer.pid, ddp.pid, ghost.pid);
+    let ghost_id = ghost.id.clone();
 
     let receiver = Receiver::start(1);
     let dir = tempfile::tempdir().unwrap();
@@ -388,6 +389,52 @@ notify:
     let hot = firing("gpu_temperature_high")[0];
     assert_eq!(hot["alert"]["subject"]["gpu"]["uuid"], "GPU-alert-1");
     assert_eq!(hot["alert"]["value"], 90.0);
+    let full = firing("gpu_memory_high")[0];
+    assert_eq!(full["alert"]["subject"]["gpu"]["uuid"], "GPU-alert-1");
+    assert!(
+        (full["alert"]["value"].as_f64().unwrap() - 97.0).abs() < 0.1,
+        "{full}"
+    );
+    let capped = firing("power_cap_low_util")[0];
+    assert_eq!(capped["alert"]["subject"]["gpu"]["uuid"], "GPU-alert-1");
+    assert!((capped["alert"]["value"].as_f64().unwrap() - 690.0 / 700.0).abs() < 1e-6);
+    let ecc = firing("gpu_ecc_errors")[0];
+    assert_eq!(ecc["alert"]["subject"]["gpu"]["uuid"], "GPU-alert-1");
+    assert_eq!(ecc["alert"]["value"], 2.0);
+    // A lost GPU answers no query, its UUID included: it is known by its index.
+    let lost = firing("gpu_lost")[0];
+    assert_eq!(lost["alert"]["subject"]["gpu"]["index"], 2);
+    assert_eq!(lost["alert"]["subject"]["gpu"]["uuid"], Value::Null);
+    let cpu_slope = cpu_leak["alert"]["value"].as_f64().unwrap();
+    assert!(cpu_slope >= 300.0, "{cpu_leak}");
+
+    // Exactly the incidents the scenario makes, one alert each: no rule fires for a subject it
+    // should not, none misses one.
+    let gpu = |n: u32| format!("GPU-alert-{n}");
+    let workload = |id: &str| format!("docker:{id}");
+    let mut expected: std::collections::BTreeSet<String> = [
+        ("gpu_underutilized", workload(&trainer.id)),
+        ("gpu_memory_high", gpu(1)),
+        ("gpu_temperature_high", gpu(1)),
+        ("gpu_memory_leak", workload(&trainer.id)),
+        ("cpu_memory_leak", workload(&trainer.id)),
+        ("gpu_imbalance", workload(&ddp.id)),
+        ("power_cap_low_util", gpu(1)),
+        ("gpu_lost", "index-2".to_owned()),
+        ("gpu_ecc_errors", gpu(1)),
+        ("gpu_xid_errors", gpu(1)),
+        ("ghost_process", format!("{}/{ghost_pid}", gpu(0))),
+    ]
+    .map(|(rule, subject)| format!("{rule}/{subject}"))
+    .into();
+    // The ghost's own container held GPU 0 idle while it lived: it may have been underutilized
+    // long enough to fire before its removal. Nothing else may.
+    let ghost_idle = format!("gpu_underutilized/{}", workload(&ghost_id));
+    let keys: std::collections::BTreeSet<String> = by_key(&bodies).into_keys().collect();
+    if keys.contains(&ghost_idle) {
+        expected.insert(ghost_idle);
+    }
+    assert_eq!(keys, expected);
 }
 
 #[test]
@@ -593,9 +640,9 @@ fn doctor_gates_a_launch() {
     };
     for check in [
         "start_temperature",
-        "gpu_memory_peak",
+        "gpu_memory_high",
         "nvml_latency",
-        "ecc_errors",
+        "gpu_ecc_errors",
         "ghost_process",
     ] {
         assert_eq!(status(check), ["risk"], "{check}: {report:#}");

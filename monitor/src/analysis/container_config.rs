@@ -11,6 +11,14 @@ pub enum Level {
     Risk,
 }
 
+/// The checks' names, as `doctor` reports them.
+pub const SHM: &str = "container_shm";
+pub const CPU_LIMIT: &str = "container_cpu_limit";
+pub const MEMORY_LIMIT: &str = "container_memory_limit";
+pub const MEMLOCK: &str = "container_memlock";
+pub const ALLOCATED_IDLE: &str = "gpu_allocated_idle";
+pub const CHECKS: [&str; 5] = [SHM, CPU_LIMIT, MEMORY_LIMIT, MEMLOCK, ALLOCATED_IDLE];
+
 /// One check of one container's configuration.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ConfigFinding {
@@ -91,7 +99,7 @@ fn shm(c: &ContainerConfig, trains: bool) -> Option<ConfigFinding> {
         Level::Ok
     };
     let mut f = finding(
-        "container_shm",
+        SHM,
         level,
         value,
         "risk ≥ 90% used; warning at Docker's 64 MiB default for a training container",
@@ -123,7 +131,7 @@ fn cpu(c: &ContainerConfig) -> Option<ConfigFinding> {
         _ => String::new(),
     };
     let mut f = finding(
-        "container_cpu_limit",
+        CPU_LIMIT,
         level,
         format!(
             "limit {limit:.2} cores{demand}; throttled {:.0}% of the window",
@@ -167,7 +175,7 @@ fn memory(c: &ContainerConfig) -> Option<ConfigFinding> {
         .map(|b| format!("; {} read from disk in the window", ByteSize(b)))
         .unwrap_or_default();
     let mut f = finding(
-        "container_memory_limit",
+        MEMORY_LIMIT,
         level,
         format!(
             "{} of the {} limit used, {} of it page cache{disk}",
@@ -200,7 +208,7 @@ fn memlock(c: &ContainerConfig) -> Option<ConfigFinding> {
         Level::Ok
     };
     let mut f = finding(
-        "container_memlock",
+        MEMLOCK,
         level,
         format!(
             "{} locked or pinned of a {} memlock limit",
@@ -229,7 +237,7 @@ fn allocated(c: &ContainerConfig) -> Vec<ConfigFinding> {
         .iter()
         .map(|g| {
             let mut f = finding(
-                "gpu_allocated_idle",
+                ALLOCATED_IDLE,
                 if g.in_use { Level::Ok } else { Level::Warning },
                 format!(
                     "GPU {} given ({}), {}",
@@ -256,7 +264,7 @@ fn allocated(c: &ContainerConfig) -> Vec<ConfigFinding> {
         .collect();
     out.extend(a.unresolved.iter().map(|u| {
         let mut f = finding(
-            "gpu_allocated_idle",
+            ALLOCATED_IDLE,
             Level::Warning,
             format!("declared {u}"),
             "every declared device names a GPU of this host",

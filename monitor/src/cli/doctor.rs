@@ -22,7 +22,7 @@ pub(crate) struct DoctorArgs {
 }
 
 pub(crate) fn doctor(args: &DoctorArgs, config: &Config) -> Result<()> {
-    use gpuwatch::health::doctor::{self, Status};
+    use gpuwatch::health::{check::Status, doctor};
     let window = args.window.unwrap_or(config.doctor.window);
     let stop = stop_on_signals()?;
     let mut agent = args.sources.start_one_shot_agent(config)?;

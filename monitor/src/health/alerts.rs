@@ -3,12 +3,31 @@
 //! is one key (rule + subject), so a condition seen every round notifies once when it fires and
 //! once when it resolves. Notifications are rate-limited over all alerts; what the limit holds
 //! back is reported, not silently lost.
-use super::rules::{self, Evaluation, Outcome, RuleState, Severity, Subject};
-use crate::config::AlertsConfig;
+use super::rule::{Evaluation, Outcome, Severity, Subject};
+use super::rules::{Rules, RulesConfig};
 use crate::model::Snapshot;
-use crate::output::rfc3339;
-use serde::Serialize;
+use crate::units::rfc3339;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
+
+/// The config file's `alerts:` section: the rules and how often they may notify.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AlertsConfig {
+    /// Notifications (firing and resolved) sent per minute at most, over all alerts; the rest
+    /// are counted (`notifications_rate_limited`) and logged, not sent.
+    pub max_notifications_per_minute: u32,
+    pub rules: RulesConfig,
+}
+
+impl Default for AlertsConfig {
+    fn default() -> Self {
+        Self {
+            max_notifications_per_minute: 30,
+            rules: RulesConfig::default(),
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -16,6 +35,38 @@ pub enum AlertState {
     Pending,
     Firing,
     Resolved,
+}
+
+impl AlertState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Firing => "firing",
+            Self::Resolved => "resolved",
+        }
+    }
+}
+
+impl std::fmt::Display for AlertState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A state name that names no state (in a recording, say).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not an alert state (pending, firing, resolved)")]
+pub struct UnknownAlertState(pub String);
+
+impl std::str::FromStr for AlertState {
+    type Err = UnknownAlertState;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [Self::Pending, Self::Firing, Self::Resolved]
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| UnknownAlertState(s.to_owned()))
+    }
 }
 
 /// One alert, as notifications and the JSON API carry it.
@@ -55,8 +106,8 @@ struct Tracked {
 }
 
 pub struct AlertEngine {
-    config: AlertsConfig,
-    state: RuleState,
+    max_per_minute: usize,
+    rules: Rules,
     tracked: BTreeMap<String, Tracked>,
     /// Send times (ms) of the notifications of the last minute.
     sent: VecDeque<u64>,
@@ -65,8 +116,8 @@ pub struct AlertEngine {
 impl AlertEngine {
     pub fn new(config: &AlertsConfig) -> Self {
         Self {
-            config: config.clone(),
-            state: RuleState::default(),
+            max_per_minute: config.max_notifications_per_minute as usize,
+            rules: Rules::new(&config.rules),
             tracked: BTreeMap::new(),
             sent: VecDeque::new(),
         }
@@ -76,7 +127,7 @@ impl AlertEngine {
     pub fn evaluate(&mut self, snap: &Snapshot) -> RoundOutcome {
         // Durations on the monotonic clock; the times shown are the wall clock's.
         let (now, wall) = (snap.monotonic_ms, snap.taken_at_unix_ms);
-        let evaluations = rules::evaluate(&self.config.rules, &mut self.state, snap);
+        let evaluations = self.rules.evaluate(snap);
         let mut transitions = Vec::new();
         let mut reported: Vec<String> = Vec::with_capacity(evaluations.len());
         for e in evaluations {
@@ -130,7 +181,7 @@ impl AlertEngine {
             self.sent.pop_front();
         }
         for a in transitions {
-            if self.sent.len() < self.config.max_notifications_per_minute as usize {
+            if self.sent.len() < self.max_per_minute {
                 self.sent.push_back(now);
                 out.notify.push(a);
             } else {

@@ -17,7 +17,7 @@ pub use container_config::{
     AllocatedGpu, ContainerConfig, CpuLimit, GpuAllocation, Memlock, MemoryLimit, ResolvedClaim,
     ShmUse,
 };
-pub use gpu::{DeviceReading, GpmState, ProcessKind, ProcessReading, SmActivity};
+pub use gpu::{xid_meaning, DeviceReading, GpmState, ProcessKind, ProcessReading, SmActivity};
 pub use gpu_claim::{parse_visible_devices, ClaimVia, ClaimedDevices, DeviceRef, GpuClaim};
 pub use headroom::OomHeadroom;
 pub use verdict::{LoaderSummary, UnknownVerdict, Verdict, VerdictKind};

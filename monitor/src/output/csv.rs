@@ -193,7 +193,6 @@ fn serde_label<T: serde::Serialize>(v: &T) -> String {
 
 /// One row per alert transition (firing or resolved), stamped with the snapshot it came from.
 pub fn alert_rows(s: &Snapshot, alerts: &[crate::health::alerts::Alert]) -> String {
-    use crate::health::alerts::AlertState;
     let mut out = String::new();
     for a in alerts {
         let mut r = Row::new(&s.taken_at, s.taken_at_unix_ms, "alert");
@@ -216,14 +215,7 @@ pub fn alert_rows(s: &Snapshot, alerts: &[crate::health::alerts::Alert]) -> Stri
             }
         }
         r.set("alert_rule", a.rule);
-        r.set(
-            "alert_state",
-            match a.state {
-                AlertState::Pending => "pending",
-                AlertState::Firing => "firing",
-                AlertState::Resolved => "resolved",
-            },
-        );
+        r.set("alert_state", a.state);
         r.set_text("alert_summary", &a.summary);
         r.write(&mut out);
     }

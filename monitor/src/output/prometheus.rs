@@ -6,7 +6,7 @@
 //! hertz, ratios 0–1), `_total` for counters, `_info` for metadata. Labels name containers
 //! (`container_id`, `container_name`, `image`, `compose_service`, `kind`) and GPUs (`gpu`,
 //! `uuid`); never PIDs, whose values are unbounded. `docs/metrics.md` lists every metric.
-use crate::health::alerts::{Alert, AlertState};
+use crate::health::alerts::Alert;
 use crate::model::{Snapshot, Workload};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -707,16 +707,8 @@ impl Collector for SnapshotCollector {
             e.alerts.iter().map(|a| {
                 let mut l: Labels = vec![
                     ("rule", a.rule.to_owned()),
-                    ("severity", format!("{:?}", a.severity).to_lowercase()),
-                    (
-                        "state",
-                        match a.state {
-                            AlertState::Pending => "pending",
-                            AlertState::Firing => "firing",
-                            AlertState::Resolved => "resolved",
-                        }
-                        .to_owned(),
-                    ),
+                    ("severity", a.severity.as_str().to_owned()),
+                    ("state", a.state.as_str().to_owned()),
                 ];
                 if let Some(g) = &a.subject.gpu {
                     l.push(("gpu", g.index.to_string()));

@@ -2,8 +2,8 @@
 //! recording) and per GPU, as JSON, Markdown (with the PNG charts beside it) or one
 //! self-contained HTML page (charts inlined as SVG).
 use super::escape::markdown as md;
-use crate::output::rfc3339;
 use crate::recording::{AlertRow, Recording, WorkloadSeries};
+use crate::units::rfc3339;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write;

@@ -203,12 +203,7 @@ pub fn render_snapshot(s: &Snapshot) -> String {
 
 /// The checklist of `gpuwatch doctor`, then the actions for what is not ok.
 pub fn render_doctor(r: &crate::health::doctor::Report) -> String {
-    let status = |s: crate::health::doctor::Status| {
-        serde_json::to_value(s)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_uppercase))
-            .unwrap_or_default()
-    };
+    let status = |s: crate::health::check::Status| s.as_str().to_uppercase();
     let rows: Vec<Vec<String>> = r
         .checks
         .iter()
@@ -276,17 +271,10 @@ pub fn render_alert_line(a: &crate::health::alerts::Alert) -> String {
     if let Some(pid) = a.subject.pid {
         subject.push(format!("PID {pid}"));
     }
-    let state = match a.state {
-        AlertState::Pending => "PENDING",
-        AlertState::Firing => "FIRING",
-        AlertState::Resolved => "RESOLVED",
-    };
-    let severity = match a.severity {
-        crate::health::rules::Severity::Warning => "warning",
-        crate::health::rules::Severity::Critical => "critical",
-    };
+    let state = a.state.as_str().to_uppercase();
     let mut line = format!(
-        "{when} {state} {severity} {} {}: {}",
+        "{when} {state} {} {} {}: {}",
+        a.severity,
         a.rule,
         subject.join(" / "),
         a.summary

@@ -68,13 +68,16 @@ impl IoTracingConfig {
         }
     }
 
-    pub fn validate(&self) -> Result<(), (String, String)> {
+    pub fn validate(&self) -> Result<(), crate::field_error::FieldError> {
         for (field, v) in [
             ("idle_share", self.idle_share),
             ("active_share", self.active_share),
         ] {
             if !(0.0..=1.0).contains(&v) {
-                return Err((field.into(), format!("{v} is not a share (0–1)")));
+                return Err(crate::field_error::FieldError::new(
+                    field,
+                    format!("{v} is not a share (0–1)"),
+                ));
             }
         }
         Ok(())

@@ -4,6 +4,7 @@
 //! Relative paths are relative to the file's directory, as in exporter-toolkit. Keys gpuwatch
 //! does not implement are refused by name rather than ignored.
 use crate::config::{from_yaml, invalid_field, ConfigError};
+use crate::field_error::FieldError;
 use base64::Engine;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -65,7 +66,7 @@ impl WebConfig {
         let text = crate::config::unix_line_breaks(&text);
         let mut c: WebConfig = from_yaml(&text, path)?;
         c.validate()
-            .map_err(|(field, message)| invalid_field(&text, path, field, message))?;
+            .map_err(|e| invalid_field(&text, path, e.field, e.message))?;
         let dir = path.parent().map(Path::to_owned).unwrap_or_default();
         if let Some(t) = &mut c.tls_server_config {
             for p in [&mut t.cert_file, &mut t.key_file] {
@@ -78,17 +79,17 @@ impl WebConfig {
         Ok((c, dir))
     }
 
-    fn validate(&self) -> Result<(), (String, String)> {
+    fn validate(&self) -> Result<(), FieldError> {
         for (user, hash) in &self.basic_auth_users {
             let field = format!("basic_auth_users.{user}");
             let Some(cost) = bcrypt_cost(hash) else {
-                return Err((
+                return Err(FieldError::new(
                     field,
-                    "is not a bcrypt hash (it starts with $2a$, $2b$ or $2y$ and a cost)".into(),
+                    "is not a bcrypt hash (it starts with $2a$, $2b$ or $2y$ and a cost)",
                 ));
             };
             if cost > MAX_BCRYPT_COST {
-                return Err((
+                return Err(FieldError::new(
                     field,
                     format!(
                         "bcrypt cost {cost} is above {MAX_BCRYPT_COST}: each check of a new \
@@ -102,14 +103,14 @@ impl WebConfig {
                 None | Some("NoClientCert") => {}
                 Some("RequireAndVerifyClientCert") if t.client_ca_file.is_some() => {}
                 Some("RequireAndVerifyClientCert") => {
-                    return Err((
-                        "tls_server_config.client_auth_type".into(),
-                        "RequireAndVerifyClientCert needs client_ca_file".into(),
+                    return Err(FieldError::new(
+                        "tls_server_config.client_auth_type",
+                        "RequireAndVerifyClientCert needs client_ca_file",
                     ))
                 }
                 Some(other) => {
-                    return Err((
-                        "tls_server_config.client_auth_type".into(),
+                    return Err(FieldError::new(
+                        "tls_server_config.client_auth_type",
                         format!(
                             "{other:?} is not supported (NoClientCert or \
                              RequireAndVerifyClientCert)"
@@ -121,9 +122,9 @@ impl WebConfig {
                 t.min_version.as_deref(),
                 None | Some("TLS12") | Some("TLS13")
             ) {
-                return Err((
-                    "tls_server_config.min_version".into(),
-                    "must be TLS12 or TLS13".into(),
+                return Err(FieldError::new(
+                    "tls_server_config.min_version",
+                    "must be TLS12 or TLS13",
                 ));
             }
         }

@@ -374,7 +374,7 @@ impl GpuSource {
                 );
             }
             for (index, xid) in xids {
-                tracing::warn!("GPU {index}: Xid {xid}: {}", xid::describe(xid));
+                tracing::warn!("GPU {index}: Xid {xid}: {}", crate::model::xid_meaning(xid));
                 if let Some(r) = out.iter_mut().find(|r| r.index == index) {
                     r.xid_events.push(xid);
                 }

@@ -84,23 +84,3 @@ impl XidWatch {
         }
     }
 }
-
-/// What an Xid means, for the ones an operator meets most (NVIDIA's Xid catalogue).
-pub fn describe(xid: u64) -> &'static str {
-    match xid {
-        13 => "graphics engine exception (often an application fault)",
-        31 => "GPU memory page fault (often an application fault)",
-        43 => "GPU stopped processing (an application was killed)",
-        45 => "preemptive cleanup after an application error",
-        48 => "double-bit ECC error",
-        61 | 62 => "internal microcontroller error",
-        63 | 64 => "ECC page retirement or row remapping event",
-        74 => "NVLink error",
-        79 => "GPU has fallen off the bus",
-        92 => "high single-bit ECC error rate",
-        94 => "contained ECC error",
-        95 => "uncontained ECC error",
-        119 | 120 => "GSP firmware error",
-        _ => "driver error report",
-    }
-}

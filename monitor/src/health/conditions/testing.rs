@@ -1,0 +1,45 @@
+//! Helpers the conditions' unit tests share.
+use crate::health::check::{Checks, Examine, Status, Window};
+use crate::health::doctor::DoctorConfig;
+use crate::health::rule::{Outcomes, Round, Rule};
+use crate::model::{Snapshot, Verdict, VerdictKind};
+
+/// One round of `rule` on `snap`.
+pub fn evaluate(rule: &mut dyn Rule, snap: &Snapshot) -> Outcomes {
+    let mut out = Outcomes::new();
+    rule.evaluate(&Round::new(snap), &mut out);
+    out
+}
+
+/// `examine` over `snaps` with the default thresholds: (subject, status) per row.
+pub fn doctor_rows(examine: Examine, snaps: &[Snapshot]) -> Vec<(String, Status)> {
+    doctor_checks(examine, snaps)
+        .0
+        .into_iter()
+        .map(|c| (c.subject, c.status))
+        .collect()
+}
+
+/// `examine` over `snaps` with the default thresholds.
+pub fn doctor_checks(examine: Examine, snaps: &[Snapshot]) -> Checks {
+    let config = DoctorConfig::default();
+    let mut out = Checks::default();
+    examine(&Window::new(snaps, &config).expect("a snapshot"), &mut out);
+    out
+}
+
+/// A verdict of `kind` with `advice`, its figures zero.
+pub fn verdict(kind: VerdictKind, advice: &str) -> Verdict {
+    Verdict {
+        kind,
+        gpu_busy_fraction: 0.0,
+        gpu_idle_fraction: 0.0,
+        input_bound_share: None,
+        trainer_wait_fraction: None,
+        sm_activity_fraction: None,
+        loader: None,
+        cpu_throttled_fraction: None,
+        evidence: Vec::new(),
+        advice: advice.into(),
+    }
+}
