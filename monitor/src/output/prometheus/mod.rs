@@ -1,0 +1,348 @@
+//! The Prometheus exposition of a snapshot (OpenMetrics text, through prometheus-client).
+//!
+//! Every scrape renders the latest snapshot, so the series of a container that exited are gone
+//! from the next scrape on: nothing to expire by hand, no unbounded growth. Names follow the
+//! Prometheus conventions: a `gpuwatch_` prefix, base units (bytes, seconds, celsius, watts,
+//! hertz, ratios 0–1), `_total` for counters, `_info` for metadata. Labels name containers
+//! (`container_id`, `container_name`, `image`, `compose_service`, `kind`) and GPUs (`gpu`,
+//! `uuid`); never PIDs, whose values are unbounded. `docs/metrics.md` lists every metric.
+//!
+//! One file per family group, each a function of the published round: [`agent`] (the agent
+//! and its sources), [`gpu`], [`container`], [`alerts`].
+mod agent;
+mod alerts;
+mod container;
+mod gpu;
+
+use crate::health::alerts::Alert;
+use crate::model::Snapshot;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// What `serve` publishes after each round: everything a scrape or an API call reads.
+#[derive(Debug)]
+pub struct Exported {
+    pub snapshot: Snapshot,
+    /// Pending and firing alerts.
+    pub alerts: Vec<Alert>,
+    /// Xid errors per GPU index since the agent started.
+    pub xid_totals: BTreeMap<u32, u64>,
+}
+
+/// Adds the round's Xid events to the per-GPU totals `Exported::xid_totals` carries.
+pub fn count_xids(totals: &mut BTreeMap<u32, u64>, s: &Snapshot) {
+    for g in &s.gpus {
+        *totals.entry(g.device.index).or_default() += g.device.xid_events.len() as u64;
+    }
+}
+
+/// Renders `e` in the OpenMetrics text format.
+pub fn render(e: &Arc<Exported>) -> Result<String, std::fmt::Error> {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(SnapshotCollector(e.clone())));
+    let mut out = String::with_capacity(64 * 1024);
+    prometheus_client::encoding::text::encode(&mut out, &registry)?;
+    Ok(out)
+}
+
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Debug)]
+struct SnapshotCollector(Arc<Exported>);
+
+impl Collector for SnapshotCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let e = &self.0;
+        agent::encode(&mut enc, &e.snapshot)?;
+        gpu::encode(&mut enc, &e.snapshot, &e.xid_totals)?;
+        container::encode(&mut enc, &e.snapshot)?;
+        alerts::encode(&mut enc, &e.alerts)
+    }
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+/// One family: a descriptor, then one sample per label set.
+fn family<I>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    kind: MetricType,
+    samples: I,
+) -> Result<(), std::fmt::Error>
+where
+    I: IntoIterator<Item = (Labels, f64)>,
+{
+    let mut m = enc.encode_descriptor(name, help, unit.as_ref(), kind)?;
+    for (labels, v) in samples {
+        let sample = m.encode_family(&labels)?;
+        match kind {
+            MetricType::Counter => ConstCounter::new(v).encode(sample)?,
+            _ => ConstGauge::new(v).encode(sample)?,
+        }
+    }
+    Ok(())
+}
+
+/// `labels` and then `extra`.
+fn with(mut labels: Labels, extra: &[(&'static str, String)]) -> Labels {
+    labels.extend(extra.iter().cloned());
+    labels
+}
+
+/// The unit of a share, 0–1.
+fn ratio_unit() -> Option<Unit> {
+    Some(Unit::Other("ratio".into()))
+}
+
+fn bool_value(b: bool) -> f64 {
+    if b {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::test_support::{container, gpu, snapshot};
+    use crate::model::WorkloadGpuShare;
+
+    /// A container with every part the encoder reads: 8 GPUs, CPU and memory, stall windows,
+    /// a verdict, a Kubernetes pod.
+    fn full_container(i: usize, gpus: u32) -> crate::model::Workload {
+        use crate::model::{
+            CpuUsage, IoSummary, KubernetesPod, MemoryUsage, StallWindow, Verdict, VerdictKind,
+        };
+        let mut w = container(&format!("train-{i:04}"));
+        let mut info = (**w.container.as_ref().unwrap()).clone();
+        info.kubernetes = Some(KubernetesPod {
+            namespace: "ml".into(),
+            pod: format!("train-{i}"),
+            container: Some("trainer".into()),
+            uid: None,
+        });
+        w.container = Some(Arc::new(info));
+        w.gpu.processes = gpus as usize;
+        w.gpu.busy_fraction = Some(0.8);
+        w.gpu.per_gpu = (0..gpus)
+            .map(|g| WorkloadGpuShare {
+                memory_bytes: 1 << 30,
+                busy_fraction: Some(0.8),
+                split: Some(crate::model::SplitMethod::SoleHolder),
+                device_busy_fraction: Some(0.8),
+                sm_activity_percent: Some(90.0),
+                pids: vec![1000 + g],
+                ..WorkloadGpuShare::new(g, Some(format!("GPU-{g:08}")))
+            })
+            .collect();
+        w.cpu = Some(CpuUsage {
+            usage_seconds_total: 10.0,
+            cores: Some(2.0),
+            limit_cores: Some(4.0),
+            throttled_seconds_total: Some(1.0),
+            throttled_fraction: Some(0.1),
+        });
+        w.memory = Some(MemoryUsage {
+            usage_bytes: 1 << 30,
+            limit_bytes: Some(4 << 30),
+            page_cache_bytes: Some(1 << 20),
+        });
+        let io = IoSummary {
+            count: 10,
+            bytes: 1 << 20,
+            mean_latency_ms: Some(1.0),
+            ..Default::default()
+        };
+        w.stalls = Some(StallWindow {
+            cgroup_id: 1,
+            processes: Vec::new(),
+            reads: io,
+            disk: io,
+            io_traced: true,
+        });
+        w.verdict = Some(Verdict {
+            kind: VerdictKind::InputBoundIo,
+            gpu_busy_fraction: 0.2,
+            gpu_idle_fraction: 0.8,
+            input_bound_share: Some(0.7),
+            trainer_wait_fraction: Some(0.7),
+            sm_activity_fraction: Some(0.9),
+            loader: None,
+            cpu_throttled_fraction: Some(0.1),
+            evidence: Vec::new(),
+            advice: String::new(),
+        });
+        w
+    }
+
+    /// The cardinality budget (docs/metrics.md): at 1,000 containers on 8 GPUs, no series
+    /// carries more than 15 labels (Mimir's default cap is 30), and a container costs at most
+    /// 12 series plus 4 per GPU it holds (10 and 4 today).
+    #[test]
+    fn a_thousand_containers_stay_within_the_cardinality_budget() {
+        const CONTAINERS: usize = 1_000;
+        const GPUS: u32 = 8;
+        let workloads = (0..CONTAINERS).map(|i| full_container(i, GPUS)).collect();
+        let e = Arc::new(Exported {
+            snapshot: snapshot(1_700_000_000_000, (0..GPUS).map(gpu).collect(), workloads),
+            alerts: Vec::new(),
+            xid_totals: BTreeMap::new(),
+        });
+        let text = render(&e).expect("render");
+        let mut per_container: std::collections::HashMap<&str, usize> = Default::default();
+        let mut most_labels = 0;
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let labels = line
+                .split_once('{')
+                .map_or("", |(_, rest)| rest.rsplit_once('}').map_or("", |(l, _)| l));
+            // Label values here hold no `",`: a label ends at each `",`.
+            let count = if labels.is_empty() {
+                0
+            } else {
+                labels.matches("\",").count() + 1
+            };
+            most_labels = most_labels.max(count);
+            if let Some(at) = labels.find("container_name=\"") {
+                let name = &labels[at + 16..];
+                let name = &name[..name.find('"').unwrap()];
+                *per_container.entry(name).or_default() += 1;
+            }
+        }
+        assert_eq!(per_container.len(), CONTAINERS);
+        let worst = per_container.values().copied().max().unwrap();
+        let budget = 12 + 4 * GPUS as usize;
+        assert!(
+            worst <= budget,
+            "{worst} series for one container, budget {budget}"
+        );
+        assert!(most_labels <= 15, "a series with {most_labels} labels");
+        eprintln!("worst container: {worst} series; most labels on a series: {most_labels}");
+    }
+
+    #[test]
+    fn renders_conventional_names_units_and_labels() {
+        let mut w = container("yolo");
+        w.gpu.processes = 1;
+        w.gpu.per_gpu.push(WorkloadGpuShare {
+            memory_bytes: 3 << 30,
+            busy_fraction: Some(0.8),
+            split: Some(crate::model::SplitMethod::SoleHolder),
+            device_busy_fraction: Some(0.8),
+            sm_activity_percent: Some(90.0),
+            pids: vec![42],
+            ..WorkloadGpuShare::new(0, Some("GPU-00000000".into()))
+        });
+        let e = Arc::new(Exported {
+            snapshot: snapshot(1_700_000_000_000, vec![gpu(0)], vec![w]),
+            alerts: Vec::new(),
+            xid_totals: BTreeMap::from([(0, 2)]),
+        });
+        let text = render(&e).expect("render");
+        let line = |prefix: &str| {
+            text.lines()
+                .find(|l| l.starts_with(prefix))
+                .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+                .to_owned()
+        };
+        assert!(text.contains("# UNIT gpuwatch_gpu_memory_used_bytes bytes"));
+        assert!(line("gpuwatch_gpu_memory_used_bytes{").ends_with(" 10737418240.0"));
+        assert!(line("gpuwatch_gpu_utilization_ratio{").ends_with(" 0.5"));
+        assert!(line("gpuwatch_gpu_xid_errors_total{").ends_with(" 2.0"));
+        let mem = line("gpuwatch_container_gpu_memory_bytes{");
+        for label in [
+            "container_name=\"yolo\"",
+            "image=\"trainer:latest\"",
+            "compose_service=\"train\"",
+            "gpu=\"0\"",
+            "uuid=\"GPU-00000000\"",
+        ] {
+            assert!(mem.contains(label), "{label} in {mem}");
+        }
+        assert!(!text.contains("pid="), "no PID labels");
+        assert!(line("gpuwatch_up{source=\"nvml\"}").ends_with(" 1.0"));
+        let build = line("gpuwatch_build_info{");
+        assert!(
+            build.contains(&format!("version=\"{}\"", env!("CARGO_PKG_VERSION")))
+                && build.contains("revision=\""),
+            "{build}"
+        );
+        let rss: f64 = line("process_resident_memory_bytes ")
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(rss > 1e6, "{rss}");
+        assert!(
+            text.contains("# TYPE process_cpu_seconds counter"),
+            "{text}"
+        );
+        assert!(text.trim_end().ends_with("# EOF"));
+    }
+
+    /// Every `gpuwatch_*` name the shipped Prometheus rules and Grafana dashboard use is one this
+    /// exporter writes, and docs/metrics.md lists every one it writes.
+    #[test]
+    fn deploy_and_docs_match_the_exported_metrics() {
+        let e = Arc::new(Exported {
+            snapshot: snapshot(0, vec![], vec![]),
+            alerts: Vec::new(),
+            xid_totals: BTreeMap::new(),
+        });
+        let text = render(&e).expect("render");
+        let mut exported = std::collections::BTreeSet::new();
+        for l in text.lines() {
+            if let Some(rest) = l.strip_prefix("# TYPE ") {
+                let mut it = rest.split(' ');
+                let (name, kind) = (it.next().unwrap_or(""), it.next().unwrap_or(""));
+                exported.insert(if kind == "counter" {
+                    format!("{name}_total")
+                } else {
+                    name.to_owned()
+                });
+            }
+        }
+        let docs = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/metrics.md"),
+        )
+        .expect("docs/metrics.md");
+        for name in &exported {
+            assert!(
+                docs.contains(&format!("| `{name}` |")),
+                "docs/metrics.md does not list {name}"
+            );
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+        for file in [
+            "prometheus/gpuwatch-rules.yml",
+            "grafana/gpuwatch-dashboard.json",
+        ] {
+            let body = std::fs::read_to_string(root.join(file)).expect(file);
+            if file.ends_with(".json") {
+                serde_json::from_str::<serde_json::Value>(&body).expect("valid JSON");
+            }
+            let mut used = 0;
+            for (i, _) in body.match_indices("gpuwatch_") {
+                let name: String = body[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                if name.ends_with('_') {
+                    continue; // prose, e.g. "gpuwatch_ prefix"
+                }
+                used += 1;
+                assert!(exported.contains(&name), "{file} uses {name}, not exported");
+            }
+            assert!(used > 5, "{file} references the metrics");
+        }
+    }
+}
