@@ -38,6 +38,18 @@ fn png_stats(path: &Path) -> (u32, u32, f64, usize) {
     )
 }
 
+/// How many pixels of `path` are exactly `rgb`: a series drawn in its colour leaves many.
+fn pixels_of(path: &Path, rgb: [u8; 3]) -> usize {
+    let decoder = png::Decoder::new(std::fs::File::open(path).unwrap());
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    buf[..info.buffer_size()]
+        .chunks(info.color_type.samples())
+        .filter(|p| p[..3] == rgb)
+        .count()
+}
+
 #[test]
 fn plots_and_reports_a_real_recording() {
     require_root();
@@ -119,8 +131,38 @@ fn plots_and_reports_a_real_recording() {
     let (w, h, ink, _) = png_stats(&container_png);
     assert_eq!((w, h), (1200, 900));
     assert!(ink > 0.05, "GPU memory area and verdict bands drawn: {ink}");
+    // The data, not only axes and titles: each series in its own colour. GPU chart: the
+    // temperature line (red) and the memory line (blue); container chart: the GPU busy line
+    // (blue) and the GPU memory area's border (green).
+    for (png, rgb, what) in [
+        (&gpu_png, [214, 39, 40], "temperature line"),
+        (&gpu_png, [31, 119, 180], "memory line"),
+        (&container_png, [31, 119, 180], "GPU busy line"),
+        (&container_png, [44, 160, 44], "GPU memory area"),
+    ] {
+        let n = pixels_of(png, rgb);
+        assert!(
+            n > 200,
+            "{what}: {n} pixels of {rgb:?} in {}",
+            png.display()
+        );
+    }
     let svg = std::fs::read_to_string(plots.join("gpu0-temperature-memory.svg")).unwrap();
     assert!(svg.contains("<svg") && svg.contains("Temperature") && svg.contains("<polyline"));
+    // The temperature line is a polyline in its colour with a point per GPU sample.
+    let line = svg
+        .split("<polyline")
+        .skip(1)
+        .find(|p| p.contains("#D62728"))
+        .unwrap_or_else(|| panic!("no temperature polyline in\n{svg}"));
+    let points = line
+        .split("points=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap();
+    assert!(points.split_whitespace().count() >= 10, "{points}");
 
     // report: JSON figures, Markdown with the charts beside it, self-contained HTML.
     let out = gpuwatch(&["report", csv.to_str().unwrap(), "--format", "json"], None);

@@ -16,6 +16,12 @@ pub(crate) enum RecordFormat {
     Jsonl,
 }
 
+/// Where the rows go, in the chosen format.
+enum Sink<W: Write> {
+    Csv(Box<gpuwatch::recording::Writer<W>>),
+    Jsonl(W),
+}
+
 #[derive(Args)]
 pub(crate) struct RecordArgs {
     #[command(flatten)]
@@ -47,7 +53,7 @@ pub(crate) fn record(args: &RecordArgs, config: &Config) -> Result<()> {
     } else {
         Box::new(std::fs::File::create(&args.output).with_context(|| format!("creating {name}"))?)
     };
-    let mut out = std::io::BufWriter::new(sink);
+    let out = std::io::BufWriter::new(sink);
     let progress = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
 
     let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
@@ -58,26 +64,25 @@ pub(crate) fn record(args: &RecordArgs, config: &Config) -> Result<()> {
     let mut alerts = gpuwatch::health::alerts::AlertEngine::new(&config.alerts);
     // The first round is the baseline: rates and the GPU series cover each interval from the
     // first row on.
-    if let RecordFormat::Csv = args.format {
-        writeln!(out, "{}", gpuwatch::output::csv::header())
-            .with_context(|| format!("writing {name}"))?;
-    }
+    let mut out = match args.format {
+        RecordFormat::Csv => Sink::Csv(Box::new(
+            gpuwatch::recording::Writer::new(out).with_context(|| format!("writing {name}"))?,
+        )),
+        RecordFormat::Jsonl => Sink::Jsonl(out),
+    };
     let started = std::time::Instant::now();
     let mut samples = 0u64;
     let mut write = |snap: &gpuwatch::model::Snapshot, samples: &mut u64| -> Result<()> {
         let round = alerts.evaluate(snap);
         let transitions: Vec<_> = round.notify.into_iter().chain(round.rate_limited).collect();
-        match args.format {
-            RecordFormat::Csv => out
-                .write_all(gpuwatch::output::csv::rows(snap).as_bytes())
-                .and_then(|()| {
-                    out.write_all(gpuwatch::output::csv::alert_rows(snap, &transitions).as_bytes())
-                }),
-            RecordFormat::Jsonl => serde_json::to_writer(&mut out, snap)
+        // Every sample reaches the file: a kill loses nothing written.
+        match &mut out {
+            Sink::Csv(w) => w.write(snap, &transitions).map_err(std::io::Error::from),
+            Sink::Jsonl(out) => serde_json::to_writer(&mut *out, snap)
                 .map_err(std::io::Error::from)
-                .and_then(|()| out.write_all(b"\n")),
+                .and_then(|()| out.write_all(b"\n"))
+                .and_then(|()| out.flush()),
         }
-        .and_then(|()| out.flush()) // every sample reaches the file: a kill loses nothing written
         .with_context(|| format!("writing {name} (the {samples} samples before were written)"))?;
         *samples += 1;
         if progress {
@@ -98,7 +103,6 @@ pub(crate) fn record(args: &RecordArgs, config: &Config) -> Result<()> {
     gpuwatch::runtime::rounds(&mut agent, schedule, &stop, |snap| {
         write(&snap, &mut samples)
     })?;
-    out.flush().with_context(|| format!("writing {name}"))?;
     if progress {
         eprintln!();
     }

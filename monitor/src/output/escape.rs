@@ -24,29 +24,6 @@ pub fn terminal(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// The characters that make a spreadsheet read a cell as a formula (OWASP's list), and the
-/// quote that marks a cell as escaped.
-const FORMULA_START: [char; 7] = ['=', '+', '-', '@', '\t', '\r', '\''];
-
-/// For a text cell of a CSV file: a cell that a spreadsheet would run as a formula (`=`, `+`,
-/// `-`, `@`, a tab or CR first) gets a leading `'`, as does one that starts with `'` itself,
-/// so [`unspreadsheet`] gives back exactly what was written.
-pub fn spreadsheet(s: &str) -> Cow<'_, str> {
-    if s.starts_with(FORMULA_START) {
-        Cow::Owned(format!("'{s}"))
-    } else {
-        Cow::Borrowed(s)
-    }
-}
-
-/// The inverse of [`spreadsheet`], for reading a recording back.
-pub fn unspreadsheet(s: &str) -> &str {
-    match s.strip_prefix('\'') {
-        Some(rest) if rest.starts_with(FORMULA_START) => rest,
-        _ => s,
-    }
-}
-
 /// For a Markdown table cell: the terminal escapes, then the characters Markdown or the HTML
 /// inside it would act on (`|`, `` ` ``, `*`, `_`, `[`, `]`, `<`, `>`, `&`, `#`) escaped.
 pub fn markdown(s: &str) -> String {
@@ -82,28 +59,6 @@ mod tests {
         );
         assert!(matches!(terminal("yolo-train [trainer]"), Cow::Borrowed(_)));
         assert_eq!(terminal("名前-ü"), "名前-ü");
-    }
-
-    #[test]
-    fn a_formula_is_quoted_and_reads_back_exactly() {
-        for name in [
-            "=HYPERLINK(\"x\")",
-            "+1",
-            "-2+3",
-            "@SUM(A1)",
-            "\tx",
-            "\rx",
-            "'=x",
-            "'plain",
-        ] {
-            let cell = spreadsheet(name);
-            assert!(cell.starts_with('\''), "{name:?} -> {cell:?}");
-            assert_eq!(unspreadsheet(&cell), name);
-        }
-        for name in ["train", "yolo=v8", "a-b", ""] {
-            assert_eq!(spreadsheet(name), name);
-            assert_eq!(unspreadsheet(name), name);
-        }
     }
 
     #[test]

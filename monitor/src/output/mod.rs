@@ -1,5 +1,4 @@
 //! Renderings of a snapshot.
-pub mod csv;
 pub mod escape;
 pub mod plot;
 pub mod process_metrics;

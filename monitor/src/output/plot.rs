@@ -1,7 +1,7 @@
 //! `gpuwatch plot`: charts from a recording, as PNG and SVG.
 //!
-//! - Per GPU, the seed article's chart: temperature on the left axis against memory use on the
-//!   right, over time.
+//! - Per GPU, the chart of the GPU temperature and memory article: temperature on the left axis
+//!   against memory use on the right, over time.
 //! - Per container, three panels on one time axis:
 //!   - GPU busy share, with the background shaded by the verdict of each sample;
 //!   - GPU memory;
@@ -170,32 +170,47 @@ fn render(
     }
 }
 
-/// Seconds since the recording began, or minutes for long recordings.
+/// Seconds since the recording began, or minutes for long recordings, over a span of it: the
+/// whole recording for a GPU, a container's own life for its chart.
 struct TimeAxis {
     start_ms: u64,
     divisor: f64,
     label: &'static str,
+    min: f64,
     max: f64,
 }
 
 impl TimeAxis {
     fn of(rec: &Recording) -> Self {
+        Self::over(rec, rec.first_ms, rec.last_ms)
+    }
+
+    /// The axis of `rec`, showing `first_ms` to `last_ms`.
+    fn over(rec: &Recording, first_ms: u64, last_ms: u64) -> Self {
         let span = (rec.last_ms.saturating_sub(rec.first_ms)) as f64 / 1000.0;
         let (divisor, label) = if span > 600.0 {
             (60.0, "time since the recording began (min)")
         } else {
             (1.0, "time since the recording began (s)")
         };
-        Self {
+        let mut t = Self {
             start_ms: rec.first_ms,
             divisor,
             label,
-            max: (span / divisor).max(1e-3),
-        }
+            min: 0.0,
+            max: 0.0,
+        };
+        t.min = t.x(first_ms);
+        t.max = t.x(last_ms).max(t.min + 1e-3);
+        t
     }
 
     fn x(&self, unix_ms: u64) -> f64 {
         unix_ms.saturating_sub(self.start_ms) as f64 / 1000.0 / self.divisor
+    }
+
+    fn range(&self) -> std::ops::Range<f64> {
+        self.min..self.max
     }
 }
 
@@ -241,8 +256,8 @@ where
         .x_label_area_size(45)
         .y_label_area_size(60)
         .right_y_label_area_size(60)
-        .build_cartesian_2d(0f64..t.max, lo..hi)?
-        .set_secondary_coord(0f64..t.max, 0f64..100f64);
+        .build_cartesian_2d(t.range(), lo..hi)?
+        .set_secondary_coord(t.range(), 0f64..100f64);
     chart
         .configure_mesh()
         .x_desc(t.label)
@@ -281,8 +296,8 @@ where
 
 /// Background colour of a verdict in the busy panel (none for `unknown`, or a label that names
 /// no verdict).
-fn verdict_color(label: &str) -> Option<RGBColor> {
-    match label.parse().ok()? {
+fn verdict_color(kind: VerdictKind) -> Option<RGBColor> {
+    match kind {
         VerdictKind::InputBoundIo => Some(RGBColor(253, 208, 162)),
         VerdictKind::InputBoundCpu => Some(RGBColor(218, 200, 240)),
         VerdictKind::GpuBound => Some(RGBColor(199, 233, 192)),
@@ -300,7 +315,10 @@ fn container_chart<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    let t = TimeAxis::of(rec);
+    // The container's own life: its chart starts at its first sample and ends at its last.
+    let first = w.samples.first().map_or(rec.first_ms, |s| s.unix_ms);
+    let last = w.samples.last().map_or(rec.last_ms, |s| s.unix_ms);
+    let t = TimeAxis::over(rec, first, last);
     let mut title = format!("Container {}", w.name);
     if !w.image.is_empty() {
         title.push_str(&format!(" ({})", w.image));
@@ -310,16 +328,47 @@ where
     }
     let root = root.titled(&title, (FAMILY, 24))?;
     let panels = root.split_evenly((3, 1));
-    let blue = RGBColor(31, 119, 180);
-    let green = RGBColor(44, 160, 44);
-    let orange = RGBColor(255, 127, 14);
+    busy_panel(w, &t, &panels[0])?;
+    memory_panel(w, &t, &panels[1])?;
+    input_bound_panel(w, &t, &panels[2])
+}
 
-    // 1. GPU busy, over verdict bands.
-    let mut busy = ChartBuilder::on(&panels[0])
+/// One band per run of equal verdicts, from its first sample to the next run's first, the
+/// last ending at the container's last sample.
+fn verdict_bands(w: &WorkloadSeries, t: &TimeAxis) -> Vec<(f64, f64, RGBColor)> {
+    let mut bands = Vec::new();
+    let mut i = 0;
+    while i < w.samples.len() {
+        let v = w.samples[i].verdict;
+        let mut j = i + 1;
+        while j < w.samples.len() && w.samples[j].verdict == v {
+            j += 1;
+        }
+        if let Some(c) = v.and_then(verdict_color) {
+            let x0 = t.x(w.samples[i].unix_ms);
+            let x1 = w.samples.get(j).map_or(t.max, |s| t.x(s.unix_ms));
+            bands.push((x0, x1, c));
+        }
+        i = j;
+    }
+    bands
+}
+
+/// GPU busy, over the verdict bands, with a legend entry per verdict shown.
+fn busy_panel<DB: DrawingBackend>(
+    w: &WorkloadSeries,
+    t: &TimeAxis,
+    area: &DrawingArea<DB, Shift>,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    let blue = RGBColor(31, 119, 180);
+    let mut busy = ChartBuilder::on(area)
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(60)
-        .build_cartesian_2d(0f64..t.max, 0f64..100f64)?;
+        .build_cartesian_2d(t.range(), 0f64..100f64)?;
     busy.configure_mesh()
         .y_desc("GPU busy (%)")
         .y_label_formatter(&|v| format!("{v:.0}"))
@@ -327,32 +376,17 @@ where
         .label_style((FAMILY, 14))
         .axis_desc_style((FAMILY, 15))
         .draw()?;
-    // One band per run of equal verdicts, from its first sample to the next run's.
-    let mut bands: Vec<(f64, f64, RGBColor)> = Vec::new();
-    let mut i = 0;
-    while i < w.samples.len() {
-        let v = w.samples[i].verdict.as_deref().unwrap_or("");
-        let mut j = i + 1;
-        while j < w.samples.len() && w.samples[j].verdict.as_deref().unwrap_or("") == v {
-            j += 1;
-        }
-        if let Some(c) = verdict_color(v) {
-            let x0 = t.x(w.samples[i].unix_ms);
-            let x1 = w.samples.get(j).map_or(t.max, |s| t.x(s.unix_ms));
-            bands.push((x0, x1, c));
-        }
-        i = j;
-    }
+    let bands = verdict_bands(w, t);
     busy.draw_series(
         bands
             .iter()
             .map(|(x0, x1, c)| Rectangle::new([(*x0, 0.0), (*x1, 100.0)], c.filled())),
     )?;
-    for v in VerdictKind::ALL.map(VerdictKind::label) {
-        if let Some(c) = verdict_color(v) {
+    for kind in VerdictKind::ALL {
+        if let Some(c) = verdict_color(kind) {
             if bands.iter().any(|b| b.2 == c) {
                 busy.draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())?
-                    .label(v)
+                    .label(kind.label())
                     .legend(move |(x, y)| {
                         Rectangle::new([(x, y - 6), (x + 16, y + 6)], c.filled())
                     });
@@ -373,8 +407,18 @@ where
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()?;
+    Ok(())
+}
 
-    // 2. GPU memory.
+fn memory_panel<DB: DrawingBackend>(
+    w: &WorkloadSeries,
+    t: &TimeAxis,
+    area: &DrawingArea<DB, Shift>,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    let green = RGBColor(44, 160, 44);
     let gib = 1024.0 * 1024.0 * 1024.0;
     let mem: Vec<(f64, f64)> = w
         .samples
@@ -382,11 +426,11 @@ where
         .map(|s| (t.x(s.unix_ms), s.gpu_memory_bytes / gib))
         .collect();
     let top = mem.iter().map(|p| p.1).fold(0.0, f64::max).max(1.0) * 1.15;
-    let mut m = ChartBuilder::on(&panels[1])
+    let mut m = ChartBuilder::on(area)
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(60)
-        .build_cartesian_2d(0f64..t.max, 0f64..top)?;
+        .build_cartesian_2d(t.range(), 0f64..top)?;
     m.configure_mesh()
         .y_desc("GPU memory (GiB)")
         .y_label_formatter(&|v| format!("{v:.1}"))
@@ -395,13 +439,23 @@ where
         .axis_desc_style((FAMILY, 15))
         .draw()?;
     m.draw_series(AreaSeries::new(mem, 0.0, green.mix(0.25)).border_style(green.stroke_width(2)))?;
+    Ok(())
+}
 
-    // 3. Loader-stall share.
-    let mut l = ChartBuilder::on(&panels[2])
+fn input_bound_panel<DB: DrawingBackend>(
+    w: &WorkloadSeries,
+    t: &TimeAxis,
+    area: &DrawingArea<DB, Shift>,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    let orange = RGBColor(255, 127, 14);
+    let mut l = ChartBuilder::on(area)
         .margin(10)
         .x_label_area_size(45)
         .y_label_area_size(60)
-        .build_cartesian_2d(0f64..t.max, 0f64..100f64)?;
+        .build_cartesian_2d(t.range(), 0f64..100f64)?;
     l.configure_mesh()
         .x_desc(t.label)
         .y_desc("Input-bound (%)")
@@ -417,4 +471,54 @@ where
         orange.stroke_width(2),
     ))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recording::WorkloadSample;
+
+    /// A recording of 0–100 s in which the container lives from 20 s to 60 s.
+    fn short_lived() -> (Recording, WorkloadSeries) {
+        let rec = Recording {
+            first_ms: 1_000_000,
+            last_ms: 1_100_000,
+            ..Default::default()
+        };
+        let verdicts = [
+            VerdictKind::InputBoundIo,
+            VerdictKind::InputBoundIo,
+            VerdictKind::Unknown,
+            VerdictKind::GpuBound,
+            VerdictKind::GpuBound,
+        ];
+        let samples = verdicts
+            .iter()
+            .enumerate()
+            .map(|(i, v)| WorkloadSample {
+                unix_ms: 1_020_000 + i as u64 * 10_000,
+                verdict: Some(*v),
+                ..Default::default()
+            })
+            .collect();
+        let w = WorkloadSeries {
+            samples,
+            ..Default::default()
+        };
+        (rec, w)
+    }
+
+    #[test]
+    fn a_containers_chart_spans_its_own_life_and_its_last_band_ends_with_it() {
+        let (rec, w) = short_lived();
+        let t = TimeAxis::over(&rec, 1_020_000, 1_060_000);
+        assert_eq!(t.range(), 20.0..60.0, "seconds since the recording began");
+        let bands = verdict_bands(&w, &t);
+        let io = verdict_color(VerdictKind::InputBoundIo).unwrap();
+        let gpu = verdict_color(VerdictKind::GpuBound).unwrap();
+        // I/O from 20 s to the unknown sample at 40 s; no band for unknown; GPU-bound from 50 s
+        // to the container's last sample at 60 s, not to the recording's end.
+        assert_eq!(bands, [(20.0, 40.0, io), (50.0, 60.0, gpu)]);
+        assert_eq!(TimeAxis::of(&rec).range(), 0.0..100.0);
+    }
 }

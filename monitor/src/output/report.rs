@@ -2,6 +2,7 @@
 //! recording) and per GPU, as JSON, Markdown (with the PNG charts beside it) or one
 //! self-contained HTML page (charts inlined as SVG).
 use super::escape::markdown as md;
+use crate::health::alerts::AlertState;
 use crate::recording::{AlertRow, Recording, WorkloadSeries};
 use crate::units::rfc3339;
 use serde::Serialize;
@@ -111,10 +112,10 @@ fn count_alerts<'a>(rows: impl Iterator<Item = &'a AlertRow>) -> BTreeMap<String
     let mut m: BTreeMap<String, AlertCount> = BTreeMap::new();
     for a in rows {
         let c = m.entry(a.rule.clone()).or_default();
-        match a.state.as_str() {
-            "firing" => c.fired += 1,
-            "resolved" => c.resolved += 1,
-            _ => {}
+        match a.state {
+            AlertState::Firing => c.fired += 1,
+            AlertState::Resolved => c.resolved += 1,
+            AlertState::Pending => {}
         }
     }
     m
@@ -193,8 +194,8 @@ fn container(rec: &Recording, w: &WorkloadSeries) -> ContainerSummary {
     }
     let mut verdicts: BTreeMap<String, f64> = BTreeMap::new();
     let judged = s.iter().filter(|x| x.verdict.is_some()).count();
-    for v in s.iter().filter_map(|x| x.verdict.as_ref()) {
-        *verdicts.entry(v.clone()).or_default() += 1.0 / judged as f64;
+    for v in s.iter().filter_map(|x| x.verdict) {
+        *verdicts.entry(v.label().to_owned()).or_default() += 1.0 / judged as f64;
     }
     let main_verdict = verdicts
         .iter()
@@ -449,6 +450,7 @@ pub fn html(r: &Report, svg: &dyn Fn(&str) -> Option<String>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::VerdictKind;
     use crate::recording::{WorkloadSample, WorkloadSeries};
 
     #[test]
@@ -464,14 +466,11 @@ mod tests {
                 gpus: vec![0, 1],
                 gpu_memory_bytes: (i as f64 + 1.0) * GIB,
                 gpu_busy_fraction: Some(if i < 5 { 0.1 } else { 0.9 }),
-                verdict: Some(
-                    if i < 5 {
-                        "input-bound: I/O"
-                    } else {
-                        "GPU-bound"
-                    }
-                    .into(),
-                ),
+                verdict: Some(if i < 5 {
+                    VerdictKind::InputBoundIo
+                } else {
+                    VerdictKind::GpuBound
+                }),
                 input_bound_share: Some(if i < 5 { 0.8 } else { 0.0 }),
                 ..Default::default()
             })
@@ -488,7 +487,7 @@ mod tests {
         rec.alerts.push(AlertRow {
             unix_ms: 3000,
             rule: "gpu_underutilized".into(),
-            state: "firing".into(),
+            state: AlertState::Firing,
             summary: String::new(),
             gpu: None,
             workload_id: Some("docker:x".into()),

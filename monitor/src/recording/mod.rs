@@ -1,7 +1,15 @@
-//! Reading back a CSV recording (`gpuwatch record`, columns in `docs/snapshot-schema.md`) for
-//! `plot` and `report`. Columns are found by name, so a recording from an older gpuwatch with
-//! fewer columns still reads; a malformed cell is an error naming the file, line and column.
-use crate::output::escape::unspreadsheet;
+//! CSV recordings (`gpuwatch record`): [`row`] is one row, for the writer and the reader alike;
+//! [`writer`] writes snapshots as rows; [`read`] reads a recording back into series for `plot`
+//! and `report`. Columns are found by name, so a recording from an older gpuwatch with fewer
+//! columns still reads; a malformed cell is an error naming the file, line and column.
+pub mod row;
+pub mod writer;
+
+pub use writer::Writer;
+
+use crate::health::alerts::AlertState;
+use crate::model::VerdictKind;
+use row::{Record, Row};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -68,7 +76,7 @@ pub struct WorkloadSample {
     pub sm_activity_percent: Option<f64>,
     pub cpu_cores: Option<f64>,
     pub memory_bytes: Option<f64>,
-    pub verdict: Option<String>,
+    pub verdict: Option<VerdictKind>,
     pub input_bound_share: Option<f64>,
     pub oom_batch_scale: Option<f64>,
 }
@@ -78,8 +86,8 @@ pub struct WorkloadSample {
 pub struct AlertRow {
     pub unix_ms: u64,
     pub rule: String,
-    /// `firing` or `resolved`.
-    pub state: String,
+    /// Firing or resolved.
+    pub state: AlertState,
     pub summary: String,
     pub gpu: Option<u32>,
     pub workload_id: Option<String>,
@@ -124,9 +132,8 @@ pub fn parse(input: impl std::io::Read, path: &Path) -> Result<Recording, Record
         .headers()
         .map_err(|e| malformed(1, e.to_string()))?
         .clone();
-    let col = |name: &'static str| header.iter().position(|h| h == name);
     for required in ["unix_ms", "record"] {
-        if col(required).is_none() {
+        if !header.iter().any(|h| h == required) {
             return Err(RecordingError::NotARecording {
                 path: path.to_owned(),
                 column: required,
@@ -134,102 +141,17 @@ pub fn parse(input: impl std::io::Read, path: &Path) -> Result<Recording, Record
         }
     }
     let mut rec = Recording::default();
-    for (i, row) in reader.records().enumerate() {
-        let line = i as u64 + 2;
-        let row = row.map_err(|e| malformed(line, e.to_string()))?;
-        // Text cells come back as written before their spreadsheet escape.
-        let text = |name: &'static str| -> &str {
-            unspreadsheet(col(name).and_then(|c| row.get(c)).unwrap_or(""))
-        };
-        let num = |name: &'static str| -> Result<Option<f64>, RecordingError> {
-            let t = text(name);
-            if t.is_empty() {
-                return Ok(None);
-            }
-            match t.parse::<f64>() {
-                Ok(v) if v.is_finite() => Ok(Some(v)),
-                // `inf`, `NaN` and `1e309` parse, but no gauge is infinite, and a chart's axis
-                // over one never ends.
-                Ok(_) => Err(malformed(
-                    line,
-                    format!("column {name}: {t:?} is not a finite number"),
-                )),
-                Err(_) => Err(malformed(
-                    line,
-                    format!("column {name}: {t:?} is not a number"),
-                )),
-            }
-        };
-        let unix_ms = num("unix_ms")?
-            .ok_or_else(|| malformed(line, "column unix_ms is empty".into()))?
-            as u64;
-        if rec.first_ms == 0 || unix_ms < rec.first_ms {
-            rec.first_ms = unix_ms;
-        }
-        rec.last_ms = rec.last_ms.max(unix_ms);
-        let gpu_list = || -> Result<Vec<u32>, RecordingError> {
-            text("gpu_index")
-                .split('|')
-                .filter(|s| !s.is_empty())
-                .map(|s| {
-                    s.parse()
-                        .map_err(|_| malformed(line, format!("column gpu_index: {s:?}")))
-                })
-                .collect()
-        };
-        match text("record") {
-            "gpu" => {
-                let index = *gpu_list()?
-                    .first()
-                    .ok_or_else(|| malformed(line, "a gpu row without gpu_index".into()))?;
-                let series = rec.gpus.entry(index).or_default();
-                series.uuid = text("gpu_uuid").to_owned();
-                series.name = text("gpu_name").to_owned();
-                let busy = num("gpu_busy_fraction")?.map(|b| b * 100.0);
-                series.samples.push(GpuSample {
-                    unix_ms,
-                    utilization_percent: busy.or(num("utilization_gpu_percent")?),
-                    sm_activity_percent: num("sm_activity_percent")?,
-                    memory_used_bytes: num("memory_used_bytes")?,
-                    memory_total_bytes: num("memory_total_bytes")?,
-                    temperature_celsius: num("temperature_celsius")?,
-                    power_watts: num("power_watts")?,
-                });
-            }
-            "workload" => {
-                let id = text("workload_id").to_owned();
-                let series = rec.workloads.entry(id.clone()).or_default();
-                series.id = id;
-                series.name = text("workload_name").to_owned();
-                series.image = text("image").to_owned();
-                series.compose_service = text("compose_service").to_owned();
-                series.pod = text("pod").to_owned();
-                let verdict = text("verdict");
-                series.samples.push(WorkloadSample {
-                    unix_ms,
-                    gpus: gpu_list()?,
-                    gpu_memory_bytes: num("gpu_memory_bytes")?.unwrap_or(0.0),
-                    gpu_busy_fraction: num("gpu_busy_fraction")?,
-                    sm_activity_percent: num("sm_activity_percent")?,
-                    cpu_cores: num("cpu_cores")?,
-                    memory_bytes: num("memory_bytes")?,
-                    verdict: (!verdict.is_empty()).then(|| verdict.to_owned()),
-                    input_bound_share: num("input_bound_share")?,
-                    oom_batch_scale: num("oom_batch_scale")?,
-                });
-            }
-            "alert" => rec.alerts.push(AlertRow {
-                unix_ms,
-                rule: text("alert_rule").to_owned(),
-                state: text("alert_state").to_owned(),
-                summary: text("alert_summary").to_owned(),
-                gpu: gpu_list()?.first().copied(),
-                workload_id: Some(text("workload_id"))
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_owned),
-            }),
-            other => return Err(malformed(line, format!("unknown record type {other:?}"))),
-        }
+    for (i, record) in reader.records().enumerate() {
+        let fallback_line = i as u64 + 2;
+        let record = record.map_err(|e| {
+            let line = e.position().map_or(fallback_line, csv::Position::line);
+            malformed(line, e.to_string())
+        })?;
+        let line = record.position().map_or(fallback_line, csv::Position::line);
+        let row = Row::from_cells(header.iter().zip(record.iter()))
+            .map_err(|bad| malformed(line, bad.to_string()))?;
+        rec.add(row)
+            .map_err(|message| malformed(line, message.to_owned()))?;
     }
     if rec.gpus.is_empty() && rec.workloads.is_empty() {
         return Err(RecordingError::Empty {
@@ -237,6 +159,66 @@ pub fn parse(input: impl std::io::Read, path: &Path) -> Result<Recording, Record
         });
     }
     Ok(rec)
+}
+
+impl Recording {
+    /// Adds one row to its series; what is wrong with it otherwise.
+    fn add(&mut self, row: Row) -> Result<(), &'static str> {
+        let unix_ms = row.unix_ms.ok_or("column unix_ms is empty")? as u64;
+        if self.first_ms == 0 || unix_ms < self.first_ms {
+            self.first_ms = unix_ms;
+        }
+        self.last_ms = self.last_ms.max(unix_ms);
+        match row.record.ok_or("column record is empty")? {
+            Record::Gpu => {
+                let index = *row.gpu_index.first().ok_or("a gpu row without gpu_index")?;
+                let series = self.gpus.entry(index).or_default();
+                series.uuid = row.gpu_uuid;
+                series.name = row.gpu_name;
+                series.samples.push(GpuSample {
+                    unix_ms,
+                    utilization_percent: row
+                        .gpu_busy_fraction
+                        .map(|b| b * 100.0)
+                        .or(row.utilization_gpu_percent),
+                    sm_activity_percent: row.sm_activity_percent,
+                    memory_used_bytes: row.memory_used_bytes,
+                    memory_total_bytes: row.memory_total_bytes,
+                    temperature_celsius: row.temperature_celsius,
+                    power_watts: row.power_watts,
+                });
+            }
+            Record::Workload => {
+                let series = self.workloads.entry(row.workload_id.clone()).or_default();
+                series.id = row.workload_id;
+                series.name = row.workload_name;
+                series.image = row.image;
+                series.compose_service = row.compose_service;
+                series.pod = row.pod;
+                series.samples.push(WorkloadSample {
+                    unix_ms,
+                    gpus: row.gpu_index,
+                    gpu_memory_bytes: row.gpu_memory_bytes.unwrap_or(0.0),
+                    gpu_busy_fraction: row.gpu_busy_fraction,
+                    sm_activity_percent: row.sm_activity_percent,
+                    cpu_cores: row.cpu_cores,
+                    memory_bytes: row.memory_bytes,
+                    verdict: row.verdict,
+                    input_bound_share: row.input_bound_share,
+                    oom_batch_scale: row.oom_batch_scale,
+                });
+            }
+            Record::Alert => self.alerts.push(AlertRow {
+                unix_ms,
+                rule: row.alert_rule,
+                state: row.alert_state.ok_or("an alert row without alert_state")?,
+                summary: row.alert_summary,
+                gpu: row.gpu_index.first().copied(),
+                workload_id: (!row.workload_id.is_empty()).then_some(row.workload_id),
+            }),
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -261,7 +243,7 @@ mod tests {
         assert_eq!(rec.gpus[&0].samples[0].temperature_celsius, Some(40.0));
         let w = &rec.workloads["docker:x"];
         assert_eq!(w.samples[0].gpus, vec![0, 1]);
-        assert_eq!(w.samples[0].verdict.as_deref(), Some("GPU-bound"));
+        assert_eq!(w.samples[0].verdict, Some(VerdictKind::GpuBound));
         assert_eq!(rec.alerts[0].rule, "gpu_temperature_high");
         assert_eq!((rec.first_ms, rec.last_ms), (1000, 2000));
         let bad = text.replace(",40,", ",hot,");
