@@ -7,6 +7,8 @@
 //! [`crate::notify::NotifyConfig`], ...); this module owns the file and the value formats
 //! (durations like `90s`, sizes like `2GiB`). `gpuwatch check-config FILE` validates a file;
 //! `docs/config.md` documents every key.
+mod locate;
+
 use crate::analysis::headroom::HeadroomConfig;
 use crate::analysis::verdict::VerdictConfig;
 use crate::field_error::FieldError;
@@ -14,6 +16,7 @@ use crate::health::alerts::AlertsConfig;
 use crate::health::doctor::DoctorConfig;
 use crate::notify::NotifyConfig;
 use crate::units::duration;
+use locate::KeyPlaces;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -167,7 +170,7 @@ pub fn unix_line_breaks(text: &str) -> std::borrow::Cow<'_, str> {
 
 /// Deserialises `text` (the contents of `path`, its line breaks made LF: see
 /// [`unix_line_breaks`]); an empty document is `T::default()`. Errors carry the line, column
-/// and dotted field.
+/// and dotted field: the place from the parser, the field from the path serde was at.
 pub fn from_yaml<T: serde::de::DeserializeOwned + Default>(
     text: &str,
     path: &Path,
@@ -179,7 +182,14 @@ pub fn from_yaml<T: serde::de::DeserializeOwned + Default>(
     }) {
         return Ok(T::default());
     }
-    serde_saphyr::from_str::<T>(text).map_err(|e| {
+    let mut field = String::new();
+    serde_saphyr::with_deserializer_from_str(text, |de| {
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            field = e.path().to_string();
+            e.into_inner()
+        })
+    })
+    .map_err(|e| {
         let (line, column) = e
             .location()
             .map(|l| (l.line(), l.column()))
@@ -188,20 +198,23 @@ pub fn from_yaml<T: serde::de::DeserializeOwned + Default>(
             path: path.to_owned(),
             line,
             column,
-            field: key_path_at(text, line).unwrap_or_else(|| "(document)".to_owned()),
+            field: match field.as_str() {
+                "" | "." => "(document)".to_owned(),
+                f => f.to_owned(),
+            },
             message: plain_message(&e.without_snippet().to_string()),
         }
     })
 }
 
-/// A validation error on the dotted `field`, placed at the line that spells it out (or its
+/// A validation error on the dotted `field`, placed at the key that spells it out (or its
 /// nearest written ancestor).
 pub fn invalid_field(text: &str, path: &Path, field: String, message: String) -> ConfigError {
-    match line_of_key(text, &field) {
-        Some(line) => ConfigError::Invalid {
+    match KeyPlaces::of(text).find(&field) {
+        Some((line, column)) => ConfigError::Invalid {
             path: path.to_owned(),
             line,
-            column: 1 + indent_of(text, line) as u64,
+            column,
             field,
             message,
         },
@@ -226,76 +239,6 @@ fn plain_message(s: &str) -> String {
         Some(i) if s[i..].contains(", column ") => s[..i].to_owned(),
         _ => s.to_owned(),
     }
-}
-
-/// One `key:` line of a block-style YAML document.
-struct KeyLine<'a> {
-    line: u64,
-    indent: usize,
-    key: &'a str,
-}
-
-fn key_lines(text: &str) -> impl Iterator<Item = KeyLine<'_>> {
-    text.lines().enumerate().filter_map(|(i, raw)| {
-        let trimmed = raw.trim_start();
-        if trimmed.starts_with('#') {
-            return None;
-        }
-        // A list item's key sits after the dash.
-        let (indent, rest) = match trimmed.strip_prefix("- ") {
-            Some(r) => (raw.len() - trimmed.len() + 2, r),
-            None => (raw.len() - trimmed.len(), trimmed),
-        };
-        let (key, _) = rest.split_once(':')?;
-        let key = key.trim().trim_matches(|c| c == '"' || c == '\'');
-        (!key.is_empty()
-            && key
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
-        .then_some(KeyLine {
-            line: i as u64 + 1,
-            indent,
-            key,
-        })
-    })
-}
-
-/// The dotted path of the last key at or before `line` (1-based), from indentation.
-fn key_path_at(text: &str, line: u64) -> Option<String> {
-    let mut stack: Vec<(usize, &str)> = Vec::new();
-    for k in key_lines(text).take_while(|k| k.line <= line) {
-        while stack.last().is_some_and(|(i, _)| *i >= k.indent) {
-            stack.pop();
-        }
-        stack.push((k.indent, k.key));
-    }
-    (!stack.is_empty()).then(|| stack.iter().map(|(_, k)| *k).collect::<Vec<_>>().join("."))
-}
-
-/// The line spelling out the dotted `field`, or its nearest written ancestor.
-fn line_of_key(text: &str, field: &str) -> Option<u64> {
-    let mut best: Option<(usize, u64)> = None;
-    let mut stack: Vec<(usize, &str)> = Vec::new();
-    for k in key_lines(text) {
-        while stack.last().is_some_and(|(i, _)| *i >= k.indent) {
-            stack.pop();
-        }
-        stack.push((k.indent, k.key));
-        let path = stack.iter().map(|(_, k)| *k).collect::<Vec<_>>().join(".");
-        if field == path || field.starts_with(&format!("{path}.")) {
-            let depth = stack.len();
-            if best.is_none_or(|(d, _)| depth > d) {
-                best = Some((depth, k.line));
-            }
-        }
-    }
-    best.map(|(_, line)| line)
-}
-
-fn indent_of(text: &str, line: u64) -> usize {
-    text.lines()
-        .nth(line.saturating_sub(1) as usize)
-        .map_or(0, |l| l.len() - l.trim_start().len())
 }
 
 #[cfg(test)]
@@ -435,13 +378,55 @@ mod tests {
         assert_eq!(c.headroom.baseline, d.headroom.baseline);
     }
 
+    /// Flow style, and flow mappings spread over lines: the error's line, column and field are
+    /// the ones an editor shows (a line-based reading named the wrong field here).
+    #[test]
+    fn flow_style_errors_are_located() {
+        let e = parse("alerts: {rules: {gpu_temperature_high: {for: soon}}}\n")
+            .expect_err("bad duration");
+        let ConfigError::Invalid { line, field, .. } = &e else {
+            panic!("{e}");
+        };
+        assert_eq!(
+            (*line, field.as_str()),
+            (1, "alerts.rules.gpu_temperature_high.for")
+        );
+        let e = parse(
+            "alerts:\n  rules: {gpu_memory_high: {above_percent: 90},\n          gpu_temperature_high: {for: soon}}\n",
+        )
+        .expect_err("bad duration");
+        let ConfigError::Invalid { line, field, .. } = &e else {
+            panic!("{e}");
+        };
+        assert_eq!(
+            (*line, field.as_str()),
+            (3, "alerts.rules.gpu_temperature_high.for")
+        );
+        // A validation error on a flow key: its own line and column.
+        let e = parse("sources:\n  read_tracing: {mode: off,\n    idle_share: 2}\n")
+            .expect_err("not a share");
+        let ConfigError::Invalid {
+            line,
+            column,
+            field,
+            ..
+        } = &e
+        else {
+            panic!("{e}");
+        };
+        assert_eq!(
+            (*line, *column, field.as_str()),
+            (3, 5, "sources.read_tracing.idle_share")
+        );
+    }
+
     #[test]
     fn key_paths_and_messages() {
         let text = "a:\n  b:\n    - c: 1\n  d: 2\n";
-        assert_eq!(key_path_at(text, 3).as_deref(), Some("a.b.c"));
-        assert_eq!(key_path_at(text, 4).as_deref(), Some("a.d"));
-        assert_eq!(line_of_key(text, "a.d"), Some(4));
-        assert_eq!(line_of_key(text, "a.b.zz"), Some(2));
+        let places = KeyPlaces::of(text);
+        assert_eq!(places.find("a.b.c").map(|p| p.0), Some(3));
+        assert_eq!(places.find("a.d").map(|p| p.0), Some(4));
+        assert_eq!(places.find("a.b.zz").map(|p| p.0), Some(2));
         assert_eq!(
             plain_message("error: line 4 column 5: unknown field `fr`"),
             "unknown field `fr`"
