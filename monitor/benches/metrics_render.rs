@@ -5,7 +5,8 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use gpuwatch::model::test_support::{container, gpu, snapshot};
 use gpuwatch::model::WorkloadGpuShare;
-use gpuwatch::output::prometheus::{render, Exported};
+use gpuwatch::output::prometheus::render;
+use gpuwatch::output::published::Published;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -13,7 +14,7 @@ use std::time::Instant;
 const CONTAINERS: usize = 1_000;
 const GPUS: u32 = 8;
 
-fn exported() -> Arc<Exported> {
+fn exported() -> Arc<Published> {
     let gpus = (0..GPUS).map(gpu).collect();
     let workloads = (0..CONTAINERS)
         .map(|i| {
@@ -35,7 +36,7 @@ fn exported() -> Arc<Exported> {
             w
         })
         .collect();
-    Arc::new(Exported {
+    Arc::new(Published {
         snapshot: snapshot(1_700_000_000_000, gpus, workloads),
         alerts: Vec::new(),
         xid_totals: BTreeMap::new(),

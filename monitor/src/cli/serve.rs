@@ -25,9 +25,9 @@ pub(crate) struct ServeArgs {
 }
 
 pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
-    use gpuwatch::output::prometheus::Exported;
+    use gpuwatch::output::published::Published;
     use gpuwatch::serve::web_config::{BasicAuth, WebConfig};
-    use gpuwatch::serve::{LoginGate, Published, Site};
+    use gpuwatch::serve::{LatestRound, LoginGate, Site};
     use std::collections::BTreeMap;
     use std::sync::{Arc, RwLock};
     let interval = args.run.interval(config)?;
@@ -49,7 +49,7 @@ pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
             .with_context(|| format!("web config: value of header {k}"))?;
         headers.push((name, value));
     }
-    let published: Published = Arc::new(RwLock::new(None));
+    let published: LatestRound = Arc::new(RwLock::new(None));
     let site = Arc::new(Site {
         published: published.clone(),
         auth: BasicAuth::new(web.basic_auth_users.clone()).map(LoginGate::new),
@@ -101,8 +101,8 @@ pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
         args.run.duration,
         &stop,
         |snap, _, engine| -> Result<()> {
-            gpuwatch::output::prometheus::count_xids(&mut xid_totals, &snap);
-            let exported = Arc::new(Exported {
+            gpuwatch::output::published::count_xids(&mut xid_totals, &snap);
+            let exported = Arc::new(Published {
                 snapshot: snap,
                 alerts: engine.active(),
                 xid_totals: xid_totals.clone(),

@@ -16,7 +16,7 @@ pub(crate) struct TopArgs {
 
 pub(crate) fn top(args: &TopArgs, config: &Config) -> Result<()> {
     use gpuwatch::health::alerts::AlertEngine;
-    use gpuwatch::output::prometheus::Exported;
+    use gpuwatch::output::published::Published;
     use gpuwatch::top::View;
     use ratatui::crossterm::event::{self, Event, KeyEventKind};
     use std::collections::BTreeMap;
@@ -38,12 +38,12 @@ pub(crate) fn top(args: &TopArgs, config: &Config) -> Result<()> {
     let mut engine = AlertEngine::new(&config.alerts);
     let mut xid_totals: BTreeMap<u32, u64> = BTreeMap::new();
     // Each round's completed snapshots through the rules; the newest is shown.
-    let mut publish = |agent: &mut Agent, shown: Option<Exported>| -> Option<Exported> {
+    let mut publish = |agent: &mut Agent, shown: Option<Published>| -> Option<Published> {
         let mut latest = shown;
         for snapshot in agent.round() {
             engine.evaluate(&snapshot);
-            gpuwatch::output::prometheus::count_xids(&mut xid_totals, &snapshot);
-            latest = Some(Exported {
+            gpuwatch::output::published::count_xids(&mut xid_totals, &snapshot);
+            latest = Some(Published {
                 snapshot,
                 alerts: engine.active(),
                 xid_totals: xid_totals.clone(),

@@ -3,6 +3,7 @@ pub mod escape;
 pub mod plot;
 pub mod process_metrics;
 pub mod prometheus;
+pub mod published;
 pub mod report;
 pub mod table;
 

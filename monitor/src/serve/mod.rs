@@ -1,5 +1,5 @@
 //! `gpuwatch serve`'s HTTP side: the Prometheus endpoint, a JSON API and a landing page, all
-//! read from the last published round ([`Exported`]). Nothing here samples: a scrape costs a
+//! read from the last published round ([`Published`]). Nothing here samples: a scrape costs a
 //! render, never an NVML call.
 //!
 //! | path | what |
@@ -19,7 +19,8 @@ mod login_gate;
 pub mod web_config;
 
 use crate::heartbeat::Heartbeat;
-use crate::output::prometheus::{self, Exported};
+use crate::output::prometheus;
+use crate::output::published::Published;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -36,11 +37,11 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
 /// The last published round, shared between the sampling loop and the HTTP tasks.
-pub type Published = Arc<RwLock<Option<Arc<Exported>>>>;
+pub type LatestRound = Arc<RwLock<Option<Arc<Published>>>>;
 
 /// What every request handler needs.
 pub struct Site {
-    pub published: Published,
+    pub published: LatestRound,
     pub auth: Option<LoginGate>,
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// `/-/ready` turns false when the last published round is older than this (three
@@ -308,7 +309,7 @@ fn route(site: &Site, req: &Request<Incoming>) -> Response<Full<Bytes>> {
 }
 
 /// Ready once a round is published, and while the newest is younger than `stale_after`.
-fn ready(current: Option<&Exported>, stale_after: Duration) -> Response<Full<Bytes>> {
+fn ready(current: Option<&Published>, stale_after: Duration) -> Response<Full<Bytes>> {
     let unavailable = |why: String| respond(StatusCode::SERVICE_UNAVAILABLE, "text/plain", why);
     let Some(e) = current else {
         return unavailable("not ready: no round published yet\n".into());
@@ -325,7 +326,7 @@ fn ready(current: Option<&Exported>, stale_after: Duration) -> Response<Full<Byt
     respond(StatusCode::OK, "text/plain", "ready\n")
 }
 
-fn landing(e: &Exported) -> String {
+fn landing(e: &Published) -> String {
     let s = &e.snapshot;
     let esc = crate::output::html_escape;
     let firing = e
@@ -357,14 +358,14 @@ mod tests {
     use super::*;
     use crate::model::test_support::snapshot;
 
-    fn exported(age: Duration) -> Exported {
+    fn exported(age: Duration) -> Published {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_millis() as u64;
         let mut snap = snapshot(now - age.as_millis() as u64, Vec::new(), Vec::new());
         snap.monotonic_ms = crate::model::monotonic_now_ms() - age.as_millis() as u64;
-        Exported {
+        Published {
             snapshot: snap,
             alerts: Vec::new(),
             xid_totals: Default::default(),

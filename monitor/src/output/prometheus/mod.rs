@@ -14,36 +14,17 @@ mod alerts;
 mod container;
 mod gpu;
 
-use crate::health::alerts::Alert;
-use crate::model::Snapshot;
+use super::published::Published;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// What `serve` publishes after each round: everything a scrape or an API call reads.
-#[derive(Debug)]
-pub struct Exported {
-    pub snapshot: Snapshot,
-    /// Pending and firing alerts.
-    pub alerts: Vec<Alert>,
-    /// Xid errors per GPU index since the agent started.
-    pub xid_totals: BTreeMap<u32, u64>,
-}
-
-/// Adds the round's Xid events to the per-GPU totals `Exported::xid_totals` carries.
-pub fn count_xids(totals: &mut BTreeMap<u32, u64>, s: &Snapshot) {
-    for g in &s.gpus {
-        *totals.entry(g.device.index).or_default() += g.device.xid_events.len() as u64;
-    }
-}
-
 /// Renders `e` in the OpenMetrics text format.
-pub fn render(e: &Arc<Exported>) -> Result<String, std::fmt::Error> {
+pub fn render(e: &Arc<Published>) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(SnapshotCollector(e.clone())));
     let mut out = String::with_capacity(64 * 1024);
@@ -54,7 +35,7 @@ pub fn render(e: &Arc<Exported>) -> Result<String, std::fmt::Error> {
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[derive(Debug)]
-struct SnapshotCollector(Arc<Exported>);
+struct SnapshotCollector(Arc<Published>);
 
 impl Collector for SnapshotCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
@@ -115,6 +96,7 @@ mod tests {
     use super::*;
     use crate::model::test_support::{container, gpu, snapshot};
     use crate::model::WorkloadGpuShare;
+    use std::collections::BTreeMap;
 
     /// A container with every part the encoder reads: 8 GPUs, CPU and memory, stall windows,
     /// a verdict, a Kubernetes pod.
@@ -192,7 +174,7 @@ mod tests {
         const CONTAINERS: usize = 1_000;
         const GPUS: u32 = 8;
         let workloads = (0..CONTAINERS).map(|i| full_container(i, GPUS)).collect();
-        let e = Arc::new(Exported {
+        let e = Arc::new(Published {
             snapshot: snapshot(1_700_000_000_000, (0..GPUS).map(gpu).collect(), workloads),
             alerts: Vec::new(),
             xid_totals: BTreeMap::new(),
@@ -241,7 +223,7 @@ mod tests {
             pids: vec![42],
             ..WorkloadGpuShare::new(0, Some("GPU-00000000".into()))
         });
-        let e = Arc::new(Exported {
+        let e = Arc::new(Published {
             snapshot: snapshot(1_700_000_000_000, vec![gpu(0)], vec![w]),
             alerts: Vec::new(),
             xid_totals: BTreeMap::from([(0, 2)]),
@@ -293,7 +275,7 @@ mod tests {
     /// exporter writes, and docs/metrics.md lists every one it writes.
     #[test]
     fn deploy_and_docs_match_the_exported_metrics() {
-        let e = Arc::new(Exported {
+        let e = Arc::new(Published {
             snapshot: snapshot(0, vec![], vec![]),
             alerts: Vec::new(),
             xid_totals: BTreeMap::new(),
