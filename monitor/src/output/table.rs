@@ -42,114 +42,22 @@ fn render(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// The `snapshot` table: GPUs (when NVML is up), then workloads, then what could not be
+/// seen.
 pub fn render_snapshot(s: &Snapshot) -> String {
     let mut out = String::new();
-    let gpu_rows: Vec<Vec<String>> = s
-        .gpus
-        .iter()
-        .map(|g| {
-            let d = &g.device;
-            vec![
-                d.index.to_string(),
-                opt(d.name.clone()),
-                if d.lost {
-                    "LOST".to_owned()
-                } else {
-                    // The window's busy share from the series; `~` marks an instantaneous
-                    // reading (no series).
-                    match g.busy {
-                        Some(b) if b.source == crate::model::BusySource::UtilizationReading => {
-                            format!("~{:.0}", b.fraction * 100.0)
-                        }
-                        Some(b) => format!("{:.0}", b.fraction * 100.0),
-                        None => opt(d.utilization_gpu_percent),
-                    }
-                },
-                g.sm_activity
-                    .and_then(|a| a.sm_percent)
-                    .map_or("-".to_owned(), |v| format!("{v:.0}")),
-                match (d.memory_used_bytes, d.memory_total_bytes) {
-                    (Some(u), Some(t)) => format!("{}/{}", gib(u), gib(t)),
-                    _ => "-".to_owned(),
-                },
-                opt(d.temperature_celsius),
-                match (d.power_watts, d.power_limit_watts) {
-                    (Some(p), Some(l)) => format!("{p:.0}/{l:.0}"),
-                    (Some(p), None) => format!("{p:.0}"),
-                    _ => "-".to_owned(),
-                },
-                opt(d.sm_clock_mhz),
-                g.processes.len().to_string(),
-                if d.clocks_event_reasons.is_empty() {
-                    "-".to_owned()
-                } else {
-                    d.clocks_event_reasons.join(",")
-                },
-            ]
-        })
-        .collect();
     if s.sources.nvml.up {
+        let rows: Vec<Vec<String>> = s.gpus.iter().map(gpu_row).collect();
         out.push_str(&render(
             &[
                 "GPU", "NAME", "BUSY%", "SM%", "MEM GiB", "TEMP°C", "POWER W", "SM MHz", "PROCS",
                 "THROTTLE",
             ],
-            &gpu_rows,
+            &rows,
         ));
         out.push('\n');
     }
-    let rows: Vec<Vec<String>> = s
-        .workloads
-        .iter()
-        .map(|w| {
-            let c = w.container.as_ref();
-            let gpus = if w.gpu.per_gpu.is_empty() {
-                "-".to_owned()
-            } else {
-                w.gpu
-                    .per_gpu
-                    .iter()
-                    .map(|g| match (g.busy_fraction, g.split) {
-                        (Some(b), Some(m)) if !m.is_exact() => {
-                            format!("{}:~{:.0}%", g.index, b * 100.0)
-                        }
-                        (Some(b), _) => format!("{}:{:.0}%", g.index, b * 100.0),
-                        (None, _) => format!("{}:?", g.index),
-                    })
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            };
-            vec![
-                w.kind.as_str().to_owned(),
-                w.name.clone(),
-                c.map_or("-".to_owned(), |c| c.image.clone()),
-                c.and_then(|c| {
-                    c.compose_service
-                        .clone()
-                        .or_else(|| c.kubernetes.as_ref().map(|p| format!("pod {p}")))
-                })
-                .unwrap_or_else(|| "-".to_owned()),
-                if w.gpu.processes == 0 {
-                    "-".to_owned()
-                } else {
-                    gib(w.gpu.memory_bytes)
-                },
-                gpus,
-                w.cpu
-                    .and_then(|c| c.cores)
-                    .map_or("-".to_owned(), |c| format!("{c:.2}")),
-                w.memory.map_or("-".to_owned(), |m| gib(m.usage_bytes)),
-                w.verdict
-                    .as_ref()
-                    .map_or("-".to_owned(), |v| match v.input_bound_share {
-                        Some(share) if share >= 0.005 => {
-                            format!("{} ({:.0}% input-bound)", v.kind.label(), share * 100.0)
-                        }
-                        _ => v.kind.label().to_owned(),
-                    }),
-            ]
-        })
-        .collect();
+    let rows: Vec<Vec<String>> = s.workloads.iter().map(workload_row).collect();
     out.push_str(&render(
         &[
             "KIND",
@@ -164,6 +72,102 @@ pub fn render_snapshot(s: &Snapshot) -> String {
         ],
         &rows,
     ));
+    render_blind_spots(s, &mut out);
+    out
+}
+
+fn gpu_row(g: &crate::model::Gpu) -> Vec<String> {
+    let d = &g.device;
+    vec![
+        d.index.to_string(),
+        opt(d.name.clone()),
+        if d.lost {
+            "LOST".to_owned()
+        } else {
+            // The window's busy share from the series; `~` marks an instantaneous
+            // reading (no series).
+            match g.busy {
+                Some(b) if b.source == crate::model::BusySource::UtilizationReading => {
+                    format!("~{:.0}", b.fraction * 100.0)
+                }
+                Some(b) => format!("{:.0}", b.fraction * 100.0),
+                None => opt(d.utilization_gpu_percent),
+            }
+        },
+        g.sm_activity
+            .and_then(|a| a.sm_percent)
+            .map_or("-".to_owned(), |v| format!("{v:.0}")),
+        match (d.memory_used_bytes, d.memory_total_bytes) {
+            (Some(u), Some(t)) => format!("{}/{}", gib(u), gib(t)),
+            _ => "-".to_owned(),
+        },
+        opt(d.temperature_celsius),
+        match (d.power_watts, d.power_limit_watts) {
+            (Some(p), Some(l)) => format!("{p:.0}/{l:.0}"),
+            (Some(p), None) => format!("{p:.0}"),
+            _ => "-".to_owned(),
+        },
+        opt(d.sm_clock_mhz),
+        g.processes.len().to_string(),
+        if d.clocks_event_reasons.is_empty() {
+            "-".to_owned()
+        } else {
+            d.clocks_event_reasons.join(",")
+        },
+    ]
+}
+
+fn workload_row(w: &crate::model::Workload) -> Vec<String> {
+    let c = w.container.as_ref();
+    let gpus = if w.gpu.per_gpu.is_empty() {
+        "-".to_owned()
+    } else {
+        w.gpu
+            .per_gpu
+            .iter()
+            .map(|g| match (g.busy_fraction, g.split) {
+                (Some(b), Some(m)) if !m.is_exact() => {
+                    format!("{}:~{:.0}%", g.index, b * 100.0)
+                }
+                (Some(b), _) => format!("{}:{:.0}%", g.index, b * 100.0),
+                (None, _) => format!("{}:?", g.index),
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    vec![
+        w.kind.as_str().to_owned(),
+        w.name.clone(),
+        c.map_or("-".to_owned(), |c| c.image.clone()),
+        c.and_then(|c| {
+            c.compose_service
+                .clone()
+                .or_else(|| c.kubernetes.as_ref().map(|p| format!("pod {p}")))
+        })
+        .unwrap_or_else(|| "-".to_owned()),
+        if w.gpu.processes == 0 {
+            "-".to_owned()
+        } else {
+            gib(w.gpu.memory_bytes)
+        },
+        gpus,
+        w.cpu
+            .and_then(|c| c.cores)
+            .map_or("-".to_owned(), |c| format!("{c:.2}")),
+        w.memory.map_or("-".to_owned(), |m| gib(m.usage_bytes)),
+        w.verdict
+            .as_ref()
+            .map_or("-".to_owned(), |v| match v.input_bound_share {
+                Some(share) if share >= 0.005 => {
+                    format!("{} ({:.0}% input-bound)", v.kind.label(), share * 100.0)
+                }
+                _ => v.kind.label().to_owned(),
+            }),
+    ]
+}
+
+/// GPU processes that could not be attributed, and each source that is down or has a note.
+fn render_blind_spots(s: &Snapshot, out: &mut String) {
     let vanished = s
         .gpus
         .iter()
@@ -198,7 +202,6 @@ pub fn render_snapshot(s: &Snapshot) -> String {
             } => {}
         }
     }
-    out
 }
 
 /// The checklist of `gpuwatch doctor`, then the actions for what is not ok.
