@@ -10,6 +10,18 @@ fn main() -> anyhow::Result<()> {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
         .unwrap_or_else(|| "unknown".to_owned());
     println!("cargo:rustc-env=GPUWATCH_REVISION={revision}");
+    // The build date (UTC), for `--version`: SOURCE_DATE_EPOCH where set (reproducible builds),
+    // else the build's own clock.
+    println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
+    let epoch = std::env::var("SOURCE_DATE_EPOCH")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs())
+        });
+    println!("cargo:rustc-env=GPUWATCH_BUILD_DATE={}", civil_date(epoch));
     let head = concat!(env!("CARGO_MANIFEST_DIR"), "/../.git/HEAD");
     if std::path::Path::new(head).exists() {
         println!("cargo:rerun-if-changed={head}");
@@ -36,4 +48,18 @@ fn main() -> anyhow::Result<()> {
         .map(|c| c.trim_matches('"').to_owned())
         .ok_or_else(|| anyhow::anyhow!("{pin}: no channel"))?;
     aya_build::build_ebpf([package], aya_build::Toolchain::Custom(&channel))
+}
+
+/// `YYYY-MM-DD` of a Unix time (UTC), by Howard Hinnant's days-from-civil inverse.
+fn civil_date(unix_seconds: u64) -> String {
+    let z = (unix_seconds / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
 }

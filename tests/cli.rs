@@ -14,12 +14,15 @@ fn gpuwatch(args: &[&str]) -> (bool, String, String) {
     )
 }
 
-const COMMANDS: [&str; 8] = [
+const COMMANDS: [&str; 11] = [
     "snapshot",
     "record",
     "doctor",
     "watch",
     "serve",
+    "top",
+    "plot",
+    "report",
     "completions",
     "man",
     "check-config",
@@ -202,5 +205,88 @@ fn snapshot_loop_prints_every_interval_until_stopped() {
             (0.3..0.8).contains(&w),
             "a later window covers the interval: {w}"
         );
+    }
+}
+
+/// `--version` names the release, the git revision and the build date.
+#[test]
+fn version_names_the_revision_and_build_date() {
+    let (ok, out, err) = gpuwatch(&["--version"]);
+    assert!(ok, "{err}");
+    let rest = out
+        .trim()
+        .strip_prefix(concat!("gpuwatch ", env!("CARGO_PKG_VERSION"), " ("))
+        .unwrap_or_else(|| panic!("{out}"));
+    let (revision, date) = rest
+        .strip_suffix(')')
+        .and_then(|r| r.split_once(", built "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        revision == "unknown"
+            || (revision.len() == 12 && revision.chars().all(|c| c.is_ascii_hexdigit())),
+        "{out}"
+    );
+    let parts: Vec<u32> = date.split('-').map(|p| p.parse().unwrap()).collect();
+    assert!(
+        parts.len() == 3 && parts[0] >= 2026 && (1..=12).contains(&parts[1]),
+        "{out}"
+    );
+}
+
+/// One idea, one spelling: every command that prints takes `--format`, and `--json` is its
+/// JSON form; giving both is a usage error.
+#[test]
+fn json_is_short_for_format_json_everywhere() {
+    let quiet = ["--no-nvml", "--no-docker", "--no-ebpf", "--log", "error"];
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    for cmd in [
+        &["snapshot", "--window", "0.1"][..],
+        &["doctor", "--window", "1"],
+    ] {
+        for spelling in [&["--json"][..], &["--format", "json"]] {
+            let out = run(&[cmd, spelling, &quiet].concat());
+            let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("{cmd:?} {spelling:?}: {e}"));
+            assert!(doc.is_object(), "{cmd:?} {spelling:?}");
+        }
+        let text = run(&[cmd, &["--format", "text"], &quiet].concat());
+        assert!(serde_json::from_slice::<serde_json::Value>(&text.stdout).is_err());
+        let both = run(&[cmd, &["--json", "--format", "text"], &quiet].concat());
+        assert_eq!(both.status.code(), Some(64), "{cmd:?}: both spellings");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("r.csv");
+    std::fs::write(
+        &csv,
+        "unix_ms,record,gpu_index,temperature_celsius\n1000,gpu,0,40\n2000,gpu,0,41\n",
+    )
+    .unwrap();
+    let csv = csv.to_str().unwrap();
+    let short = run(&["report", csv, "--json"]);
+    let long = run(&["report", csv, "--format", "json"]);
+    assert!(
+        short.status.success(),
+        "{}",
+        String::from_utf8_lossy(&short.stderr)
+    );
+    assert_eq!(short.stdout, long.stdout);
+    serde_json::from_slice::<serde_json::Value>(&short.stdout).expect("JSON");
+    let lines = run(&[
+        &["record", "--json", "--interval", "0.2", "--duration", "0.5"][..],
+        &quiet,
+    ]
+    .concat());
+    let text = String::from_utf8_lossy(&lines.stdout);
+    assert!(
+        lines.status.success() && text.lines().count() >= 1,
+        "{text}"
+    );
+    for l in text.lines() {
+        serde_json::from_str::<serde_json::Value>(l).expect("a JSON line");
     }
 }

@@ -13,9 +13,9 @@ use std::time::Duration;
 pub(crate) struct DoctorArgs {
     #[command(flatten)]
     pub(crate) sources: SourceArgs,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub(crate) json: bool,
+    /// `--format json` (`--json`): the report as one document; text is a table.
+    #[command(flatten)]
+    pub(crate) print: super::PrintArgs,
     /// How long to sample (default: the config's `doctor.window`, 5 s).
     #[arg(long, value_parser = gpuwatch::units::seconds_or_duration)]
     pub(crate) window: Option<Duration>,
@@ -40,7 +40,7 @@ pub(crate) fn doctor(args: &DoctorArgs, config: &Config) -> Result<()> {
     .unwrap_or_else(|e| match e {});
     let report = doctor::examine(&snaps, &config.doctor);
     let mut stdout = std::io::stdout().lock();
-    if args.json {
+    if args.print.json() {
         serde_json::to_writer_pretty(&mut stdout, &report).context("writing JSON")?;
         writeln!(stdout).context("writing JSON")?;
     } else {

@@ -29,7 +29,14 @@ use watch::WatchArgs;
 #[derive(Parser)]
 #[command(
     name = "gpuwatch",
-    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("GPUWATCH_REVISION"), ")"),
+    version = concat!(
+        env!("CARGO_PKG_VERSION"),
+        " (",
+        env!("GPUWATCH_REVISION"),
+        ", built ",
+        env!("GPUWATCH_BUILD_DATE"),
+        ")"
+    ),
     about = "Which container uses which GPU, how much, and why it idles"
 )]
 pub(crate) struct Cli {
@@ -91,6 +98,30 @@ pub(crate) enum Command {
         /// The YAML file to check.
         file: PathBuf,
     },
+}
+
+/// How `snapshot`, `doctor` and `watch` print: `--format text|json`, `--json` for short. (Every
+/// command that prints takes `--format`, and `--json` for its JSON form.)
+#[derive(Args)]
+pub(crate) struct PrintArgs {
+    /// Output format: text for people (a table, or a line per alert), JSON for programs.
+    #[arg(long, value_enum, default_value_t = PrintFormat::Text)]
+    pub(crate) format: PrintFormat,
+    /// Short for --format json.
+    #[arg(long, conflicts_with = "format")]
+    pub(crate) json: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum PrintFormat {
+    Text,
+    Json,
+}
+
+impl PrintArgs {
+    pub(crate) fn json(&self) -> bool {
+        self.json || self.format == PrintFormat::Json
+    }
 }
 
 /// How long a continuous command runs, and how often it samples.

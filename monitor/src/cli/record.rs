@@ -35,6 +35,9 @@ pub(crate) struct RecordArgs {
     pub(crate) output: PathBuf,
     #[arg(long, value_enum, default_value_t = RecordFormat::Csv)]
     pub(crate) format: RecordFormat,
+    /// Short for --format jsonl.
+    #[arg(long, conflicts_with = "format")]
+    pub(crate) json: bool,
 }
 
 pub(crate) fn record(args: &RecordArgs, config: &Config) -> Result<()> {
@@ -64,7 +67,12 @@ pub(crate) fn record(args: &RecordArgs, config: &Config) -> Result<()> {
     let mut alerts = gpuwatch::health::alerts::AlertEngine::new(&config.alerts);
     // The first round is the baseline: rates and the GPU series cover each interval from the
     // first row on.
-    let mut out = match args.format {
+    let format = if args.json {
+        RecordFormat::Jsonl
+    } else {
+        args.format
+    };
+    let mut out = match format {
         RecordFormat::Csv => Sink::Csv(Box::new(
             gpuwatch::recording::Writer::new(out).with_context(|| format!("writing {name}"))?,
         )),

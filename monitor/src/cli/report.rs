@@ -31,6 +31,9 @@ pub(crate) struct ReportArgs {
     pub(crate) recording: PathBuf,
     #[arg(long, value_enum, default_value_t = ReportFormat::Markdown)]
     pub(crate) format: ReportFormat,
+    /// Short for --format json.
+    #[arg(long, conflicts_with = "format")]
+    pub(crate) json: bool,
     /// Where to write the report; `-` is standard output.
     #[arg(long, short, default_value = "-")]
     pub(crate) output: PathBuf,
@@ -73,7 +76,12 @@ pub(crate) fn report(args: &ReportArgs) -> Result<()> {
         }
         format!("container-{}", plot::file_name(k))
     };
-    let text = match args.format {
+    let format = if args.json {
+        ReportFormat::Json
+    } else {
+        args.format
+    };
+    let text = match format {
         ReportFormat::Json => {
             serde_json::to_string_pretty(&summary).context("encoding the report")? + "\n"
         }

@@ -11,9 +11,9 @@ use std::time::Duration;
 pub(crate) struct SnapshotArgs {
     #[command(flatten)]
     pub(crate) sources: SourceArgs,
-    /// Print JSON (schema: docs/snapshot-schema.md) instead of a table.
-    #[arg(long)]
-    pub(crate) json: bool,
+    /// `--format json` (`--json`): the schema of docs/snapshot-schema.md; text is a table.
+    #[command(flatten)]
+    pub(crate) print: super::PrintArgs,
     /// How long to sample: rates (CPU cores, SM utilisation, switches) cover this window.
     #[arg(long, default_value = "1s", value_parser = gpuwatch::units::seconds_or_duration, overrides_with = "window")]
     pub(crate) window: Duration,
@@ -36,7 +36,7 @@ pub(crate) fn snapshot(args: &SnapshotArgs, config: &Config) -> Result<()> {
     let mut rounds = agent.round();
     rounds.extend(agent.flush());
     let snap = rounds.pop().context("the sampler returned no round")?;
-    print(&snap, args.json)?;
+    print(&snap, args.print.json())?;
     let Some(every) = args.every.filter(|e| !e.is_zero()) else {
         return Ok(());
     };
@@ -49,7 +49,7 @@ pub(crate) fn snapshot(args: &SnapshotArgs, config: &Config) -> Result<()> {
         let mut rounds = agent.round();
         rounds.extend(agent.flush());
         if let Some(snap) = rounds.pop() {
-            print(&snap, args.json)?;
+            print(&snap, args.print.json())?;
         }
     }
 }

@@ -16,9 +16,10 @@ pub(crate) struct WatchArgs {
     pub(crate) run: RunArgs,
     #[command(flatten)]
     pub(crate) privileges: PrivilegeArgs,
-    /// Print each transition as a JSON line (the webhook's body) instead of text.
-    #[arg(long)]
-    pub(crate) json: bool,
+    /// `--format json` (`--json`): each transition as a JSON line, the webhook's body; text is
+    /// a line per transition.
+    #[command(flatten)]
+    pub(crate) print: super::PrintArgs,
 }
 
 pub(crate) fn watch(args: &WatchArgs, config: &Config) -> Result<()> {
@@ -42,7 +43,7 @@ pub(crate) fn watch(args: &WatchArgs, config: &Config) -> Result<()> {
                 eprintln!("{}", watching(&snap, config));
             }
             for a in &round.notify {
-                if args.json {
+                if args.print.json() {
                     let n = Notification {
                         version: 1,
                         status: a.state,
