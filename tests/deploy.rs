@@ -133,6 +133,33 @@ fn every_shipped_rule_keeps_and_names_the_host() {
 
 /// Across a fleet the dashboard must tell hosts apart: `$job` and `$instance` variables, every
 /// query narrowed by both, every aggregation keeping the host, every legend naming it.
+/// Every shipped alert has a promtool case in which it fires (the cases run in
+/// e2e_serve's promtool test): an alert nobody exercised could fire on nothing or never.
+#[test]
+fn every_shipped_alert_has_a_promtool_case_that_fires_it() {
+    let dir = root().join("deploy/prometheus");
+    let rules = std::fs::read_to_string(dir.join("gpuwatch-rules.yml")).unwrap();
+    let tests = std::fs::read_to_string(dir.join("gpuwatch-rules.test.yml")).unwrap();
+    let lines: Vec<&str> = tests.lines().map(str::trim).collect();
+    let fired: Vec<&str> = lines
+        .iter()
+        .enumerate()
+        .filter_map(|(i, l)| {
+            let name = l.strip_prefix("alertname: ")?;
+            let next = lines[i + 1..].iter().find(|l| !l.is_empty())?;
+            (*next != "exp_alerts: []").then_some(name)
+        })
+        .collect();
+    let alerts: Vec<&str> = rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+        .collect();
+    assert_eq!(alerts.len(), 14, "{alerts:?}");
+    for a in alerts {
+        assert!(fired.contains(&a), "no promtool case fires {a}");
+    }
+}
+
 #[test]
 fn the_dashboard_selects_and_names_the_host() {
     let text =

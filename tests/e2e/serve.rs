@@ -170,6 +170,20 @@ fn mutual_tls_admits_only_clients_with_a_certificate_from_the_ca() {
         .unwrap()
         .signed_by(&client_key, &ca)
         .unwrap();
+    // A client certificate from another CA: a server that accepts any certificate would let
+    // it in.
+    let mut other_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    other_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let other_ca =
+        rcgen::CertifiedIssuer::self_signed(other_params, rcgen::KeyPair::generate().unwrap())
+            .unwrap();
+    let stranger_key = rcgen::KeyPair::generate().unwrap();
+    let stranger = rcgen::CertificateParams::new(vec!["prometheus".to_owned()])
+        .unwrap()
+        .signed_by(&stranger_key, &other_ca)
+        .unwrap();
+    let stranger_pem = write("stranger.pem", stranger.pem());
+    let stranger_key_pem = write("stranger.key", stranger_key.serialize_pem());
     let server = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
     write("clients-ca.pem", ca.pem());
     let client_pem = write("client.pem", client.pem());
@@ -198,14 +212,21 @@ fn mutual_tls_admits_only_clients_with_a_certificate_from_the_ca() {
     scheme: https
     tls_config: {{ca_file: {server}, server_name: localhost}}
     static_configs: [{{targets: ['{target}']}}]
+  - job_name: with-another-cas-cert
+    scheme: https
+    tls_config: {{ca_file: {server}, server_name: localhost, cert_file: {stranger}, key_file: {stranger_key}}}
+    static_configs: [{{targets: ['{target}']}}]
 ",
             server = server_pem.display(),
             cert = client_pem.display(),
             key = client_key_pem.display(),
+            stranger = stranger_pem.display(),
+            stranger_key = stranger_key_pem.display(),
         ),
     );
     assert_eq!(up(&prom, "with-client-cert").as_deref(), Some("1"));
     assert_eq!(up(&prom, "without-client-cert").as_deref(), Some("0"));
+    assert_eq!(up(&prom, "with-another-cas-cert").as_deref(), Some("0"));
 }
 
 #[test]
