@@ -74,20 +74,36 @@ fn sighup_is_logged_and_does_not_stop_the_agent() {
         .spawn()
         .unwrap();
     let started = Instant::now();
-    std::thread::sleep(Duration::from_millis(1500));
+    // stderr line by line, as it comes: the readiness signals below are log lines.
+    let (lines, seen) = std::sync::mpsc::channel::<String>();
+    let pipe = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    let mut stderr = Vec::new();
+    let mut wait_for = |what: &str| {
+        while !stderr.iter().any(|l: &String| l.contains(what)) {
+            let line = seen
+                .recv_timeout(Duration::from_secs(10))
+                .unwrap_or_else(|_| panic!("no {what:?} on stderr: {stderr:#?}"));
+            stderr.push(line);
+        }
+    };
+    // Its first round says what it watches: the signal handlers are in place by then.
+    wait_for("gpuwatch watch on");
     // SAFETY: kill(2) on our own child.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGHUP) }, 0);
-    std::thread::sleep(Duration::from_millis(500));
+    wait_for("SIGHUP");
     assert!(
         child.try_wait().unwrap().is_none(),
         "the agent ended on SIGHUP"
     );
     let status = child.wait().unwrap();
     let elapsed = started.elapsed();
-    let stderr: Vec<String> = BufReader::new(child.stderr.take().unwrap())
-        .lines()
-        .map_while(Result::ok)
-        .collect();
+    reader.join().unwrap();
+    stderr.extend(seen.try_iter());
     assert!(status.success(), "{status}: {stderr:#?}");
     assert!(elapsed >= Duration::from_secs(4), "ended after {elapsed:?}");
     assert!(

@@ -132,7 +132,16 @@ fn attributes_gpu_processes_to_containers_host_and_skips_vanished() {
         switches > 0 && on_cpu > 0.0,
         "no activity traced for a busy container: {stalls:#}"
     );
-    assert_eq!(stalls["cgroup_id"], t["stalls"]["cgroup_id"]);
+    // The window is the trainer's own cgroup's: the id the kernel reported is that cgroup's
+    // inode on the unified hierarchy (what bpf_get_current_cgroup_id() returns).
+    let path = t["cgroup_path"].as_str().unwrap();
+    let dir = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+        .iter()
+        .map(|root| format!("{root}{path}"))
+        .find(|d| std::path::Path::new(d).is_dir())
+        .unwrap_or_else(|| panic!("no unified cgroup directory for {path}"));
+    let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&dir).unwrap());
+    assert_eq!(stalls["cgroup_id"], inode, "{dir}");
 
     // The eval container holds memory and did nothing: present, busy 0 of the GPU it shares.
     let e = workload(s, &format!("docker:{}", eval.id));

@@ -120,6 +120,20 @@ fn live_view_sorts_filters_and_quits() {
         has_busy(s, &big.name) && has_busy(s, &busy.name)
     });
     assert!(s.contains("Fake NVIDIA H200") && s.contains("61"), "{s}");
+    // The data is drawn, not only the frame: the GPU row's memory (its processes' 40 + 2 GiB
+    // and the driver's own) and its two processes; each container's GPU memory beside its name.
+    let gpu_row = &s.lines().collect::<Vec<_>>()[line_of(&s, "Fake NVIDIA H200")];
+    let cells: Vec<&str> = gpu_row.split_whitespace().collect();
+    let used: f64 = cells
+        .iter()
+        .find_map(|c| c.split_once('/').and_then(|(u, _)| u.parse().ok()))
+        .unwrap_or_else(|| panic!("no memory cell: {gpu_row}"));
+    assert!((42.0..43.0).contains(&used), "{gpu_row}");
+    assert!(cells.contains(&"61") && cells.contains(&"2"), "{gpu_row}");
+    for (name, memory) in [(&big.name, "40.00 GiB"), (&busy.name, "2.00 GiB")] {
+        let row = &s.lines().collect::<Vec<_>>()[line_of(&s, name)];
+        assert!(row.contains(memory), "{name}: {row}");
+    }
     assert!(s.contains("sorted by GPU memory"));
     assert!(line_of(&s, &big.name) < line_of(&s, &busy.name), "{s}");
 
