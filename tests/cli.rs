@@ -2,7 +2,7 @@
 use std::process::Command;
 
 fn gpuwatch(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+    let out = Command::new(support::gpuwatch_bin())
         .args(args)
         .env("NO_COLOR", "1")
         .output()
@@ -80,7 +80,7 @@ fn man_page_is_roff_for_section_1() {
 /// socket are found the way the docker CLI finds them.
 #[test]
 fn docker_host_names_the_socket() {
-    let out = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+    let out = Command::new(support::gpuwatch_bin())
         .args([
             "snapshot",
             "--json",
@@ -112,7 +112,7 @@ fn docker_host_names_the_socket() {
 fn bare_gpuwatch_is_a_snapshot_and_bare_numbers_are_seconds() {
     let quiet = ["--no-nvml", "--no-docker", "--no-ebpf"];
     let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        Command::new(support::gpuwatch_bin())
             .args(args)
             .env("NO_COLOR", "1")
             .output()
@@ -177,7 +177,7 @@ fn bare_gpuwatch_is_a_snapshot_and_bare_numbers_are_seconds() {
 /// interval.
 #[test]
 fn snapshot_loop_prints_every_interval_until_stopped() {
-    let child = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+    let child = Command::new(support::gpuwatch_bin())
         .args(["snapshot", "--json", "--window", "0.3", "-l", "0.4"])
         .args(["--no-nvml", "--no-docker", "--no-ebpf"])
         .stdout(std::process::Stdio::piped())
@@ -215,7 +215,7 @@ fn version_names_the_revision_and_build_date() {
     assert!(ok, "{err}");
     let rest = out
         .trim()
-        .strip_prefix(concat!("gpuwatch ", env!("CARGO_PKG_VERSION"), " ("))
+        .strip_prefix(&format!("gpuwatch {} (", gpuwatch::VERSION))
         .unwrap_or_else(|| panic!("{out}"));
     let (revision, date) = rest
         .strip_suffix(')')
@@ -239,7 +239,7 @@ fn version_names_the_revision_and_build_date() {
 fn json_is_short_for_format_json_everywhere() {
     let quiet = ["--no-nvml", "--no-docker", "--no-ebpf", "--log", "error"];
     let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        Command::new(support::gpuwatch_bin())
             .args(args)
             .output()
             .unwrap()

@@ -32,7 +32,10 @@ fn the_systemd_unit_verifies() {
     let path = dir.path().join("gpuwatch.service");
     std::fs::write(
         &path,
-        unit.replace("/usr/bin/gpuwatch", env!("CARGO_BIN_EXE_gpuwatch")),
+        unit.replace(
+            "/usr/bin/gpuwatch",
+            &support::gpuwatch_bin().to_string_lossy(),
+        ),
     )
     .unwrap();
     let out = Command::new("systemd-analyze")
@@ -57,7 +60,7 @@ fn the_systemd_unit_verifies() {
 /// keeps running and ends at its own time, with status 0.
 #[test]
 fn sighup_is_logged_and_does_not_stop_the_agent() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+    let mut child = Command::new(support::gpuwatch_bin())
         .args([
             "watch",
             "--no-nvml",

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 fn src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../monitor/src")
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -99,7 +99,7 @@ fn readings_mean(timeline: &Value, p: &Phase) -> f64 {
 }
 
 fn fake_lib() -> PathBuf {
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_gpuwatch"));
+    let exe = support::gpuwatch_bin();
     let lib = exe.parent().unwrap().join("libnvidia_ml_fake.so");
     assert!(
         lib.exists(),

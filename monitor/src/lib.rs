@@ -5,6 +5,9 @@
 //! [`attribution`] (PID → cgroup → workload) → [`model::Snapshot`] (built by
 //! [`sampler::Sampler`]) → [`analysis`] and [`health`] (verdicts, alerts, checks) → [`output`]
 //! and [`notify`]. [`config`] is the YAML file that sets all of it.
+/// The release, as `--version` and `gpuwatch_build_info` name it.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 pub mod analysis;
 pub mod caps;
 pub mod cgroup;

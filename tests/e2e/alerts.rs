@@ -1,6 +1,5 @@
 //! Alerts, doctor and the config file, end to end: real containers, the fake NVML driven through
 //! a scripted timeline, `gpuwatch watch` notifying a real local HTTP receiver.
-mod support;
 
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -533,7 +532,7 @@ fn a_dead_webhook_never_holds_back_sampling() {
 }
 
 fn check_config(path: &Path) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+    Command::new(support::gpuwatch_bin())
         .arg("check-config")
         .arg(path)
         .output()
@@ -560,7 +559,7 @@ fn a_broken_config_names_file_line_and_field() {
         "{stderr}"
     );
     // Every command refuses it the same way, before sampling anything.
-    let out = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+    let out = Command::new(support::gpuwatch_bin())
         .arg("-c")
         .arg(&path)
         .args(["snapshot", "--no-nvml", "--no-docker", "--no-ebpf"])

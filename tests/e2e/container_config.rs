@@ -4,7 +4,6 @@
 //! character nodes 195:N made with mknod) resolved against fake GPUs, and the
 //! `gpu_allocated_idle` alert for a GPU given and not used. (`--gpus` needs the NVIDIA toolkit
 //! in the daemon; its device-request forms are unit-tested on inspect responses.)
-mod support;
 
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};

@@ -1,7 +1,6 @@
 //! The Docker cache against a real dockerd: kept current by the event stream, marked down when
 //! the daemon goes away, re-listed when it comes back. The daemon "goes away" by closing a
 //! socket proxy in front of the real one.
-mod support;
 
 use gpuwatch::events::{EventCounters, InternalEvent};
 use gpuwatch::sources::docker::{run, DockerCache, DockerSourceConfig};

@@ -1,5 +1,4 @@
 //! Faults: each source degrades alone, says why, and loses nothing the others can still tell.
-mod support;
 
 use serde_json::json;
 use std::os::unix::process::CommandExt;

@@ -7,7 +7,6 @@
 //!
 //! host-a runs a loader starved of CPU (a 0.4-CPU quota) in front of a trainer that waits on it;
 //! host-b a job on one GPU at a steady 90 %; host-c one job holding two GPUs.
-mod support;
 
 use serde_json::{json, Value};
 use std::path::Path;

@@ -4,7 +4,6 @@
 //! every capability dropped but what eBPF needs, a read-only root, /sys and the Docker socket
 //! read-only — with the fake NVML mounted in. It must list a sibling container by name, image
 //! and compose service, and load its probes.
-mod support;
 
 use serde_json::json;
 use std::process::Command;
@@ -43,11 +42,7 @@ impl Image {
             "{BASE} missing: `cargo xtask test` (or `cargo xtask image`) makes it"
         );
         let context = tempfile::tempdir().unwrap();
-        std::fs::copy(
-            env!("CARGO_BIN_EXE_gpuwatch"),
-            context.path().join("gpuwatch"),
-        )
-        .unwrap();
+        std::fs::copy(support::gpuwatch_bin(), context.path().join("gpuwatch")).unwrap();
         let tag = format!("gpuwatch-e2e:{}", std::process::id());
         let dockerfile = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/Dockerfile");
         docker(&[

@@ -1,6 +1,5 @@
 //! `gpuwatch plot` and `gpuwatch report` on a real recording: a real container, the fake GPU
 //! warming up, an alert rule firing and resolving during the recording.
-mod support;
 
 use serde_json::{json, Value};
 use std::path::Path;
@@ -9,7 +8,7 @@ use std::time::Duration;
 use support::*;
 
 fn gpuwatch(args: &[&str], scenario: Option<&Path>) -> std::process::Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuwatch"));
+    let mut cmd = Command::new(support::gpuwatch_bin());
     cmd.args(args).env("NO_COLOR", "1");
     if let Some(s) = scenario {
         cmd.env("GPUWATCH_NVML_LIB", fake_nvml_lib())
@@ -225,7 +224,7 @@ fn plots_and_reports_a_real_recording() {
             tmp.path().join(format!("gpuwatch-report-{pid}")),
         );
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+    let out = Command::new(support::gpuwatch_bin())
         .args(["report", csv.to_str().unwrap(), "--format", "html", "-o"])
         .arg(&html)
         .env("TMPDIR", tmp.path())
@@ -266,7 +265,7 @@ fn plots_and_reports_a_real_recording() {
     // An infinite value (which once made the chart's axis loop forever) is refused at once.
     std::fs::write(&csv, text_with_bad_cell(&recorded, "1e309")).unwrap();
     let started = std::time::Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+    let mut child = Command::new(support::gpuwatch_bin())
         .args(["plot", csv.to_str().unwrap(), "-o"])
         .arg(dir.path().join("inf-plots"))
         .stderr(std::process::Stdio::piped())

@@ -2,7 +2,6 @@
 //! `DOCKER_HOST` (Debian's podman, really started) names a Podman container as Podman — one
 //! workload, `podman:<id>`, keyed as its `libpod-<id>` cgroup is — not as a Docker container
 //! beside an unnamed copy of itself.
-mod support;
 
 use serde_json::json;
 use std::process::{Command, Stdio};

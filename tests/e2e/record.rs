@@ -1,6 +1,5 @@
 //! `gpuwatch record`: rows per sample per GPU and per container, nothing lost on SIGTERM, a clear
 //! error on a full disk.
-mod support;
 
 use serde_json::json;
 use std::process::{Command, Stdio};
@@ -8,7 +7,7 @@ use std::time::Duration;
 use support::*;
 
 fn record_cmd(scenario: &std::path::Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuwatch"));
+    let mut cmd = Command::new(support::gpuwatch_bin());
     cmd.arg("record")
         .args(args)
         .env("GPUWATCH_NVML_LIB", fake_nvml_lib())

@@ -1,7 +1,6 @@
 //! `gpuwatch serve` scraped by a real Prometheus (Debian's package): over TLS with basic auth,
 //! a container's series found by a PromQL query, a scrape without credentials refused, the
 //! shipped alerting rules loaded by Prometheus and checked and unit-tested by promtool.
-mod support;
 
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
@@ -343,7 +342,7 @@ fn half_sent_requests_neither_starve_scrapes_nor_stay_open() {
     let dir = tempfile::tempdir().unwrap();
     let scenario = dir.path().join("scenario.json");
     std::fs::write(&scenario, r#"{"devices": [{"uuid": "GPU-slow"}]}"#).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuwatch"));
+    let mut cmd = Command::new(support::gpuwatch_bin());
     cmd.args([
         "serve",
         "--web.listen-address",
@@ -514,7 +513,7 @@ fn a_hung_nvml_call_turns_health_false_and_does_not_block_shutdown() {
     )
     .unwrap();
     let log = dir.path().join("stderr.log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+    let mut child = Command::new(support::gpuwatch_bin())
         .args(["serve", "--web.listen-address", "127.0.0.1:0"])
         .args(["--interval", "500ms", "--no-docker", "--no-ebpf"])
         .env("GPUWATCH_NVML_LIB", fake_nvml_lib())

@@ -1,6 +1,5 @@
 //! End to end: real dockerd, real containers, real eBPF, the real nvml-wrapper loading the fake
 //! NVML; `gpuwatch snapshot --json` must attribute every GPU process correctly.
-mod support;
 
 use gpuwatch::cgroup::{classify, CgroupMembership};
 use serde_json::{json, Value};
@@ -217,7 +216,7 @@ fn table_output_names_containers_and_gpus() {
         .unwrap(),
     )
     .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+    let out = std::process::Command::new(support::gpuwatch_bin())
         .args(["snapshot", "--window", "300ms", "--nvml-lib"])
         .arg(fake_nvml_lib())
         .env("FAKE_NVML_SCENARIO", &scenario)
@@ -347,7 +346,7 @@ fn a_hostile_label_is_escaped_in_the_table_and_the_csv() {
     )
     .unwrap();
     let run = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        let out = std::process::Command::new(support::gpuwatch_bin())
             .args(args)
             .arg("--nvml-lib")
             .arg(fake_nvml_lib())
@@ -476,7 +475,8 @@ fn snapshot_wrapped(wrapper: &str, pid: u32) -> (Value, String) {
         {"pid": pid, "used_memory_bytes": GIB, "sm_util": 50}]}]});
     std::fs::write(&scenario, devices.to_string()).unwrap();
     let out = std::process::Command::new("sh")
-        .args(["-c", wrapper, "sh", env!("CARGO_BIN_EXE_gpuwatch")])
+        .args(["-c", wrapper, "sh"])
+        .arg(support::gpuwatch_bin())
         .args(["snapshot", "--json", "--window", "300ms", "--no-docker"])
         .env("GPUWATCH_NVML_LIB", fake_nvml_lib())
         .env("FAKE_NVML_SCENARIO", &scenario)
@@ -534,7 +534,7 @@ fn an_agent_without_the_host_namespaces_says_what_it_cannot_see() {
 
     let doctor = std::process::Command::new("unshare")
         .args(["--pid", "--fork", "--mount-proc"])
-        .arg(env!("CARGO_BIN_EXE_gpuwatch"))
+        .arg(support::gpuwatch_bin())
         .args([
             "doctor",
             "--no-nvml",

@@ -12,7 +12,6 @@
 //! - CPU-bound: the loader spins through a shell loop per batch under a 0.5-CPU quota; 10 ms of
 //!   compute.
 //! - GPU-bound: the loader has batches ready (a full pipe); 200 ms of compute per batch.
-mod support;
 
 use gpuwatch::sources::stall_probe::{ProbeTotals, StallProbe};
 use serde_json::{json, Value};
@@ -549,7 +548,7 @@ fn the_agent_traces_reads_only_while_a_container_needs_them() {
         "interval: 250ms\nsources:\n  nvml_series_interval: 1s\n  read_tracing: {linger: 2s}\n",
     )
     .unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+    let mut child = std::process::Command::new(support::gpuwatch_bin())
         .env("GPUWATCH_NVML_LIB", fake_nvml_lib())
         .env("FAKE_NVML_SCENARIO", &scenario)
         .arg("-c")

@@ -1,6 +1,5 @@
 //! `gpuwatch top` driven like a person would, under tmux: real containers, keys sent with
 //! `send-keys`, the screen read with `capture-pane`.
-mod support;
 
 use serde_json::json;
 use std::process::Command;
@@ -93,7 +92,7 @@ fn live_view_sorts_filters_and_quits() {
     let command = format!(
         "env FAKE_NVML_SCENARIO={} NO_COLOR=1 {} top --nvml-lib {} --interval 500ms",
         scenario.display(),
-        env!("CARGO_BIN_EXE_gpuwatch"),
+        support::gpuwatch_bin().display(),
         fake_nvml_lib().display()
     );
     let started = tmux.run(&[

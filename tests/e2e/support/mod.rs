@@ -3,7 +3,6 @@
 //!
 //! These tests need root and a running dockerd (`cargo xtask test` sets both up). A missing
 //! prerequisite is a failure with a message, never a silent skip.
-#![allow(dead_code)]
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -12,6 +11,23 @@ use std::sync::Once;
 
 pub const IMAGE: &str = "gpuwatch-test/busybox:1";
 pub const GIB: u64 = 1 << 30;
+
+/// The `gpuwatch` binary of this build: in the folder above the test binaries'
+/// (`target/<profile>/deps/<test>` → `target/<profile>/gpuwatch`).
+pub fn gpuwatch_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|dir| dir.join("gpuwatch"))
+        .expect("target/<profile>/deps/<test>");
+    assert!(
+        bin.exists(),
+        "{} missing: build it with `cargo build -p gpuwatch` (`cargo xtask test` does)",
+        bin.display()
+    );
+    bin
+}
 
 pub fn require_root() {
     // SAFETY: no preconditions.
@@ -187,7 +203,7 @@ pub fn dead_pid() -> u32 {
 
 /// A `gpuwatch` command on the fake NVML reading `scenario`, without colour.
 pub fn gpuwatch_on(scenario: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuwatch"));
+    let mut cmd = Command::new(gpuwatch_bin());
     cmd.env("GPUWATCH_NVML_LIB", fake_nvml_lib())
         .env("FAKE_NVML_SCENARIO", scenario)
         .env("NO_COLOR", "1");
@@ -195,10 +211,7 @@ pub fn gpuwatch_on(scenario: &Path) -> Command {
 }
 
 pub fn fake_nvml_lib() -> PathBuf {
-    let dir = Path::new(env!("CARGO_BIN_EXE_gpuwatch"))
-        .parent()
-        .unwrap()
-        .to_owned();
+    let dir = gpuwatch_bin().parent().unwrap().to_owned();
     let lib = dir.join("libnvidia_ml_fake.so");
     assert!(
         lib.exists(),
@@ -247,7 +260,7 @@ fn run_snapshot(
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("scenario.json");
     std::fs::write(&path, serde_json::to_vec_pretty(scenario).unwrap()).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuwatch"));
+    let mut cmd = Command::new(gpuwatch_bin());
     // Through the environment, so a test's own --nvml-lib wins.
     cmd.args(["snapshot", "--json", "--window", "1s", "--log", "info"])
         .args(extra)
@@ -384,10 +397,10 @@ pub fn serve_via(prefix: &[&str], scenario: &Path, extra: &[&str]) -> (Running, 
     let mut cmd = match prefix.split_first() {
         Some((program, args)) => {
             let mut c = Command::new(program);
-            c.args(args).arg(env!("CARGO_BIN_EXE_gpuwatch"));
+            c.args(args).arg(gpuwatch_bin());
             c
         }
-        None => Command::new(env!("CARGO_BIN_EXE_gpuwatch")),
+        None => Command::new(gpuwatch_bin()),
     };
     cmd.args(["serve", "--web.listen-address", "127.0.0.1:0"]);
     if !extra.contains(&"--interval") {
