@@ -156,3 +156,52 @@ fn live_view_sorts_filters_and_quits() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// The terminal hangs up (a killed tmux, a closed SSH session) without a `q`: top ends
+/// instead of spinning on a terminal that is gone.
+#[test]
+fn top_ends_when_its_terminal_hangs_up() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    std::fs::write(&scenario, br#"{"devices": [{"uuid": "GPU-hup"}]}"#).unwrap();
+    let tmux = Tmux::new();
+    let command = format!(
+        "env FAKE_NVML_SCENARIO={} NO_COLOR=1 {} top --nvml-lib {} --no-docker --no-ebpf --interval 500ms",
+        scenario.display(),
+        support::gpuwatch_bin().display(),
+        fake_nvml_lib().display()
+    );
+    let started = tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "top",
+        "-x",
+        "120",
+        "-y",
+        "30",
+        &command,
+    ]);
+    assert!(started.status.success(), "{started:?}");
+    tmux.wait_for("the GPU table", |s| s.contains("GPUs"));
+    let pane = tmux.run(&["display-message", "-p", "-t", "top", "#{pane_pid}"]);
+    let pid: i32 = String::from_utf8_lossy(&pane.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    let _ = tmux.run(&["kill-server"]);
+    let t = Instant::now();
+    // SAFETY: signal 0 only asks whether the process exists.
+    while unsafe { libc::kill(pid, 0) } == 0 {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if state.split(' ').nth(2) == Some("Z") {
+            break; // ended; its parent has not reaped it yet
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "top still runs 5 s after its terminal hung up"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -25,10 +25,15 @@ pub(crate) fn top(args: &TopArgs, config: &Config) -> Result<()> {
     use std::time::Instant;
     let interval = args.run.interval(config)?;
     anyhow::ensure!(
-        std::io::stdout().is_terminal(),
-        "gpuwatch top needs a terminal; use `gpuwatch snapshot` or `record` in scripts"
+        std::io::stdout().is_terminal() && std::io::stdin().is_terminal(),
+        "gpuwatch top needs a terminal to draw on and read keys from; use `gpuwatch snapshot` \
+         or `record` in scripts"
     );
     let stop = stop_on_signals()?;
+    // A hangup here is the terminal going away (a closed SSH session, a killed tmux): the view
+    // has nowhere to draw, so it ends, as every full-screen program does.
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, stop.clone())
+        .context("installing the SIGHUP handler")?;
     // The live view fetches the GPU series every round (~2 ms a GPU per fetch): a published
     // round then lags by one interval, not by the series interval.
     let mut agent_config = args.sources.agent_config(config);
@@ -70,14 +75,19 @@ pub(crate) fn top(args: &TopArgs, config: &Config) -> Result<()> {
                 }
                 // Wake for a key, the next round, or a signal check.
                 let wake = next.min(Instant::now() + tick);
-                if event::poll(wake.saturating_duration_since(Instant::now()))
-                    .context("reading the keyboard")?
-                {
+                if terminal_hung_up(wake.saturating_duration_since(Instant::now())) {
+                    return Ok(());
+                }
+                let mut seen = false;
+                while event::poll(Duration::ZERO).context("reading the keyboard")? {
+                    seen = true;
                     if let Event::Key(k) = event::read().context("reading the keyboard")? {
                         if k.kind == KeyEventKind::Press && !view.key(k) {
                             return Ok(());
                         }
                     }
+                }
+                if seen {
                     break; // redraw for the key (or a resize)
                 }
                 let now = Instant::now();
@@ -93,4 +103,19 @@ pub(crate) fn top(args: &TopArgs, config: &Config) -> Result<()> {
     })();
     ratatui::restore();
     result
+}
+
+/// Waits up to `timeout` for input on the terminal; true when the terminal is gone (hung up,
+/// closed). crossterm's own wait cannot tell: on a hung-up terminal it spins in its read loop
+/// and never returns, so signals and the clock would go unheeded.
+fn terminal_hung_up(timeout: Duration) -> bool {
+    let mut fd = libc::pollfd {
+        fd: libc::STDIN_FILENO,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: one valid pollfd, for the duration of the call.
+    let n = unsafe { libc::poll(&mut fd, 1, ms) };
+    n > 0 && fd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
 }
