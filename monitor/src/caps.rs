@@ -8,23 +8,36 @@ pub const CAP_SYS_ADMIN: u32 = 21;
 pub const CAP_PERFMON: u32 = 38;
 pub const CAP_BPF: u32 = 39;
 
-/// Effective capability set of this process, from `/proc/self/status`.
+/// The capability sets of a task and its no-new-privileges bit, from its `status` (through
+/// procfs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskCaps {
+    pub effective: u64,
+    pub permitted: u64,
+    pub no_new_privs: bool,
+}
+
+impl TaskCaps {
+    pub fn of(status: &procfs::process::Status) -> Self {
+        Self {
+            effective: status.capeff,
+            permitted: status.capprm,
+            no_new_privs: status.nonewprivs == Some(1),
+        }
+    }
+
+    /// This process's (its main thread's) sets.
+    pub fn own() -> std::io::Result<Self> {
+        let status = procfs::process::Process::myself()
+            .and_then(|p| p.status())
+            .map_err(|e| std::io::Error::other(format!("/proc/self/status: {e}")))?;
+        Ok(Self::of(&status))
+    }
+}
+
+/// Effective capability set of this process.
 pub fn effective() -> std::io::Result<u64> {
-    let status = std::fs::read_to_string("/proc/self/status")?;
-    parse_cap_eff(&status)
-        .ok_or_else(|| std::io::Error::other("no CapEff line in /proc/self/status"))
-}
-
-pub fn parse_cap_eff(status: &str) -> Option<u64> {
-    status_set(status, "CapEff:")
-}
-
-/// A capability set of a `status` file (`CapEff:`, `CapPrm:`, `CapBnd:`), as a bit mask.
-pub fn status_set(status: &str, name: &str) -> Option<u64> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(name))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+    TaskCaps::own().map(|c| c.effective)
 }
 
 /// Names of the capabilities that loading and attaching tracepoint programs needs but `caps`
@@ -54,9 +67,18 @@ mod tests {
         assert!(missing_for_tracing((1 << CAP_BPF) | (1 << CAP_PERFMON)).is_empty());
         assert_eq!(missing_for_tracing(1 << CAP_BPF), vec!["CAP_PERFMON"]);
         assert_eq!(missing_for_tracing(0), vec!["CAP_BPF", "CAP_PERFMON"]);
-        assert_eq!(
-            parse_cap_eff("Name:\tx\nCapEff:\t000001ffffffffff\n"),
-            Some(0x1ff_ffff_ffff)
-        );
+    }
+
+    #[test]
+    fn this_process_sets_are_its_status_lines() {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = |name: &str| {
+            let v = status.lines().find_map(|l| l.strip_prefix(name)).unwrap();
+            u64::from_str_radix(v.trim(), 16).unwrap()
+        };
+        let own = TaskCaps::own().unwrap();
+        assert_eq!(own.effective, line("CapEff:"));
+        assert_eq!(own.permitted, line("CapPrm:"));
+        assert_eq!(effective().unwrap(), line("CapEff:"));
     }
 }

@@ -12,24 +12,26 @@ pub struct CgroupMembership {
 }
 
 impl CgroupMembership {
-    /// Parses the text of `/proc/<pid>/cgroup` (`hierarchy-id:controllers:path` lines).
-    pub fn parse(text: &str) -> Self {
+    /// The memberships procfs read from `/proc/<pid>/cgroup`.
+    pub fn from_cgroups(cgroups: procfs::ProcessCGroups) -> Self {
         let mut m = Self::default();
-        for line in text.lines() {
-            let mut parts = line.splitn(3, ':');
-            let (Some(hid), Some(controllers), Some(path)) =
-                (parts.next(), parts.next(), parts.next())
-            else {
-                continue;
-            };
-            if hid == "0" && controllers.is_empty() {
-                m.unified = Some(path.to_owned());
+        for c in cgroups.0 {
+            if c.hierarchy == 0 && c.controllers.is_empty() {
+                m.unified = Some(c.pathname);
             } else {
-                let controllers = controllers.split(',').map(str::to_owned).collect();
-                m.v1.push((controllers, path.to_owned()));
+                m.v1.push((c.controllers, c.pathname));
             }
         }
         m
+    }
+
+    /// Parses the text of a `/proc/<pid>/cgroup` file (`hierarchy-id:controllers:path`
+    /// lines), as procfs does; a malformed file is no membership.
+    pub fn parse(text: &str) -> Self {
+        use procfs::FromBufRead;
+        procfs::ProcessCGroups::from_buf_read(text.as_bytes())
+            .map(Self::from_cgroups)
+            .unwrap_or_default()
     }
 
     /// The path that identifies the workload: the unified path when it says more than `/`, else

@@ -17,7 +17,7 @@
 //! for `setuid`: each is sent a real-time signal whose handler applies it to itself; then every
 //! thread's `/proc/self/task/<tid>/status` is checked, and one that missed it is asked again.
 use crate::caps::{
-    status_set, CAP_BPF, CAP_DAC_READ_SEARCH, CAP_PERFMON, CAP_SYS_ADMIN, CAP_SYS_PTRACE,
+    TaskCaps, CAP_BPF, CAP_DAC_READ_SEARCH, CAP_PERFMON, CAP_SYS_ADMIN, CAP_SYS_PTRACE,
 };
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -85,8 +85,12 @@ pub fn kept_set(permitted: u64, needs: Needs) -> u64 {
 
 /// Drops every capability but those `needs` calls for, in every thread; returns the kept set.
 pub fn keep_only(needs: Needs) -> Result<u64, PrivilegeError> {
-    let status = read("/proc/self/status")?;
-    let permitted = status_set(&status, "CapPrm:").unwrap_or(0);
+    let permitted = TaskCaps::own()
+        .map_err(|source| PrivilegeError::Read {
+            path: "/proc/self/status".into(),
+            source,
+        })?
+        .permitted;
     let kept = kept_set(permitted, needs);
     let last_cap: u32 = read("/proc/sys/kernel/cap_last_cap")?
         .trim()
@@ -236,26 +240,22 @@ fn read(path: &str) -> Result<String, PrivilegeError> {
 /// Threads whose effective or permitted set holds more than `kept`, or without
 /// no-new-privileges.
 fn threads_holding_more(kept: u64) -> Result<Vec<u32>, PrivilegeError> {
-    let dir = std::fs::read_dir("/proc/self/task").map_err(|source| PrivilegeError::Read {
-        path: "/proc/self/task".into(),
-        source,
-    })?;
+    let tasks = procfs::process::Process::myself()
+        .and_then(|p| p.tasks())
+        .map_err(|e| PrivilegeError::Read {
+            path: "/proc/self/task".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
     let mut behind = Vec::new();
-    for entry in dir.flatten() {
-        let Some(tid) = entry.file_name().to_str().and_then(|t| t.parse().ok()) else {
-            continue;
-        };
+    for task in tasks.flatten() {
         // A thread that ended meanwhile holds nothing.
-        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+        let Ok(status) = task.status() else {
             continue;
         };
-        let over = |name| status_set(&status, name).is_some_and(|v| v & !kept != 0);
-        let nnp = status
-            .lines()
-            .find_map(|l| l.strip_prefix("NoNewPrivs:"))
-            .is_some_and(|v| v.trim() == "1");
-        if over("CapEff:") || over("CapPrm:") || !nnp {
-            behind.push(tid);
+        let caps = TaskCaps::of(&status);
+        let over = |set: u64| set & !kept != 0;
+        if over(caps.effective) || over(caps.permitted) || !caps.no_new_privs {
+            behind.push(task.tid as u32);
         }
     }
     Ok(behind)

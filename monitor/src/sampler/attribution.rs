@@ -65,8 +65,8 @@ pub enum AttributionError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path}: malformed stat line")]
-    MalformedStat { path: PathBuf },
+    #[error("{path}: {why}")]
+    Malformed { path: PathBuf, why: String },
 }
 
 struct Entry {
@@ -187,59 +187,89 @@ fn io_error(path: &Path, pid: u32, source: std::io::Error) -> AttributionError {
     }
 }
 
-/// Reads one process from `proc_root` (normally `/proc`).
+/// Reads one process from `proc_root` (normally `/proc`), through the procfs crate: its
+/// `stat` (name and start time; a name that is not UTF-8, which any process can give itself,
+/// is read with U+FFFD, so its GPU use is still charged) and its `cgroup`.
 pub fn read_process(proc_root: &Path, pid: u32) -> Result<ProcessInfo, AttributionError> {
     let dir = proc_root.join(pid.to_string());
-    let stat_path = dir.join("stat");
-    // Bytes: any process can give itself a name that is not UTF-8 (`prctl`, or an executable's
-    // file name), and its GPU use must still be charged.
-    let stat = std::fs::read(&stat_path).map_err(|e| io_error(&stat_path, pid, e))?;
-    let (name, start_time) =
-        parse_stat(&stat).ok_or(AttributionError::MalformedStat { path: stat_path })?;
-    let cgroup_path = dir.join("cgroup");
-    let cgroup =
-        std::fs::read_to_string(&cgroup_path).map_err(|e| io_error(&cgroup_path, pid, e))?;
-    let membership = CgroupMembership::parse(&cgroup);
+    let file = |name: &str| dir.join(name);
+    let process = procfs::process::Process::new_with_root(dir.clone())
+        .map_err(|e| proc_error(&dir, pid, e))?;
+    let stat = process
+        .stat()
+        .map_err(|e| proc_error(&file("stat"), pid, e))?;
+    let cgroups = process
+        .cgroups()
+        .map_err(|e| proc_error(&file("cgroup"), pid, e))?;
+    let membership = CgroupMembership::from_cgroups(cgroups);
     let workload = classify(membership.identity_path());
     Ok(ProcessInfo {
-        key: ProcessKey { pid, start_time },
-        name: name.into(),
+        key: ProcessKey {
+            pid,
+            start_time: stat.starttime,
+        },
+        name: stat.comm.into(),
         membership,
         workload,
     })
 }
 
-/// Extracts (comm, starttime) from a `/proc/<pid>/stat` line. The name may hold spaces,
-/// parentheses and bytes that are not UTF-8 (shown as U+FFFD), so fields are counted from the
-/// last `)`.
-pub fn parse_stat(stat: &[u8]) -> Option<(String, u64)> {
-    let open = stat.iter().position(|&b| b == b'(')?;
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    let name = String::from_utf8_lossy(stat.get(open + 1..close)?).into_owned();
-    // After ") ": field 3 (state) is index 0, so field 22 (starttime) is index 19.
-    let rest = std::str::from_utf8(stat.get(close + 2..)?).ok()?;
-    let start_time = rest.split(' ').nth(19)?.trim_end().parse().ok()?;
-    Some((name, start_time))
+fn proc_error(path: &Path, pid: u32, e: procfs::ProcError) -> AttributionError {
+    match e {
+        procfs::ProcError::NotFound(_) => AttributionError::Vanished { pid },
+        procfs::ProcError::Io(source, _) => io_error(path, pid, source),
+        other => AttributionError::Malformed {
+            path: path.to_owned(),
+            why: other.to_string(),
+        },
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// A `stat` line as the kernel writes it: `comm` then the 50 fields after it (start time
+    /// is field 22).
+    fn stat_line(pid: u32, comm: &[u8], start: u64) -> Vec<u8> {
+        let mut line = format!("{pid} (").into_bytes();
+        line.extend_from_slice(comm);
+        line.extend(b") S 1 1 1 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 3 0 ");
+        line.extend(format!("{start} 1000 200 18446744073709551615").bytes());
+        line.extend(" 0".repeat(27).bytes());
+        line.push(b'\n');
+        line
+    }
+
     #[test]
     fn parses_stat_with_awkward_names() {
-        let line = "1234 (python3 (worker) x) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 3 0 987654 1000 200 18446744073709551615";
+        let root = tempfile::tempdir().unwrap();
+        let put = |pid: u32, stat: &[u8]| {
+            let d = root.path().join(pid.to_string());
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("stat"), stat).unwrap();
+            std::fs::write(d.join("cgroup"), "0::/job\n").unwrap();
+            read_process(root.path(), pid)
+        };
+        let info = put(1234, &stat_line(1234, b"python3 (worker) x", 987654)).unwrap();
         assert_eq!(
-            parse_stat(line.as_bytes()),
-            Some(("python3 (worker) x".to_owned(), 987654))
+            (&*info.name, info.key.start_time),
+            ("python3 (worker) x", 987654)
         );
-        assert_eq!(parse_stat(b"garbage"), None);
-        let mut raw = b"77 (\xff\xfe-train) S".to_vec();
-        raw.extend(b" 1 1 1 0 -1 0 0 0 0 0 5 6 0 0 20 0 3 0 4242 1000 200 1\n");
+        assert!(matches!(
+            put(1235, b"garbage"),
+            Err(AttributionError::Malformed { .. })
+        ));
+        let info = put(77, &stat_line(77, b"\xff\xfe-train", 4242)).unwrap();
         assert_eq!(
-            parse_stat(&raw),
-            Some(("\u{fffd}\u{fffd}-train".to_owned(), 4242))
+            (&*info.name, info.key.start_time),
+            ("\u{fffd}\u{fffd}-train", 4242)
         );
+        assert_eq!(info.membership.unified.as_deref(), Some("/job"));
+        assert!(matches!(
+            read_process(root.path(), 9),
+            Err(AttributionError::Vanished { pid: 9 })
+        ));
     }
 
     /// On the real kernel: a process whose name is not UTF-8 (here from its executable's file
@@ -271,11 +301,7 @@ mod tests {
     fn fake_proc(root: &Path, pid: u32, start: u64, cgroup: &str) {
         let d = root.join(pid.to_string());
         std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(
-            d.join("stat"),
-            format!("{pid} (train) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0"),
-        )
-        .unwrap();
+        std::fs::write(d.join("stat"), stat_line(pid, b"train", start)).unwrap();
         std::fs::write(d.join("cgroup"), cgroup).unwrap();
     }
 

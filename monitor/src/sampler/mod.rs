@@ -14,7 +14,7 @@ mod container_config;
 pub mod io_tracing;
 mod namespaces;
 mod pending;
-mod process_checks;
+pub mod process_checks;
 mod stalls;
 
 use crate::cgroup::{CgroupLayout, CgroupMembership};
