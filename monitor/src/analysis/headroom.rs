@@ -1,7 +1,7 @@
-//! OOM headroom, by the seed's method: a training job's GPU memory is a fixed part (CUDA context,
+//! OOM headroom, by the method of the YOLO26 GPU memory article: a training job's GPU memory is a fixed part (CUDA context,
 //! weights, optimiser state: the *baseline*) plus a part proportional to the batch. With the
 //! memory it uses now and the memory it could have on its GPU, the batch can grow by
-//! `(available - baseline) / (used - baseline)` before it runs out — the seed's
+//! `(available - baseline) / (used - baseline)` before it runs out — the article's
 //! `max batch = 16 × (total - 2000 MiB) / (used - 2000 MiB)`, with the memory other processes
 //! hold taken out of the total.
 use crate::model::OomHeadroom;
@@ -13,7 +13,7 @@ use serde::Deserialize;
 #[derive(Clone, Copy, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HeadroomConfig {
-    /// GPU memory a process holds whatever its batch size (the seed's 2000 MiB).
+    /// GPU memory a process holds whatever its batch size (the article's 2000 MiB).
     pub baseline: ByteSize,
 }
 
@@ -70,8 +70,8 @@ mod tests {
     }
 
     #[test]
-    fn the_seeds_worked_example() {
-        // Seed: batch 16 uses 12500 MiB on a 40 GB card → max batch = 16 × (40960-2000)/(12500-2000).
+    fn the_articles_worked_example() {
+        // The article: batch 16 uses 12500 MiB on a 40 GB card → max batch = 16 × (40960-2000)/(12500-2000).
         let mut g = gpu(0);
         g.device.memory_total_bytes = Some(40960 * MIB);
         g.device.memory_used_bytes = Some(12500 * MIB);

@@ -15,7 +15,7 @@ use crate::units::{duration, ByteSize};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// The config file's `doctor:` section: the seed's thresholds, adjustable.
+/// The config file's `doctor:` section: the monitoring articles' thresholds, adjustable.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DoctorConfig {

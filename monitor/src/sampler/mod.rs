@@ -398,21 +398,7 @@ impl Sampler {
         let window = window_seconds.filter(|w| *w > 0.0);
         let mut workloads = self.workloads(&docker_state);
         self.add_ended(&mut workloads, &gpus);
-        let mut gpu_pids = PidSet::default();
-        for gpu in &gpus {
-            for p in &gpu.processes {
-                let Some(id) = &p.workload else { continue };
-                gpu_pids.insert(p.reading.pid);
-                if !workloads.contains_key(id) {
-                    let mut w = new_workload(id.clone(), None);
-                    w.container_unverified = self.unverified_container(id);
-                    workloads.insert(id.clone(), w);
-                }
-                if let Some(w) = workloads.get_mut(id) {
-                    add_gpu_share(&mut w.gpu, gpu, p);
-                }
-            }
-        }
+        let gpu_pids = join_gpu_holders(&mut workloads, &gpus, |id| self.unverified_container(id));
         self.stalls.step_io(now_us / 1000, &self.events);
         let probe_ok = self.read_counters(&mut workloads, window, &gpu_pids);
         self.read_container_configs(&mut workloads, &gpus, window);
@@ -824,6 +810,30 @@ impl Sampler {
 
 /// True when the GPU's processes belong to more than one workload (an unattributed process
 /// counts as one of its own): their busy time must be split.
+/// The join: each attributed GPU process's memory goes to its workload's share of that GPU; a
+/// workload that holds a GPU but was not listed (a cgroup, a service, a container the engine
+/// could not describe: `unverified` says why) is created. Returns the PIDs that hold a GPU.
+fn join_gpu_holders(
+    workloads: &mut BTreeMap<WorkloadId, Workload>,
+    gpus: &[Gpu],
+    unverified: impl Fn(&WorkloadId) -> Option<String>,
+) -> PidSet {
+    let mut gpu_pids = PidSet::default();
+    for gpu in gpus {
+        for p in &gpu.processes {
+            let Some(id) = &p.workload else { continue };
+            gpu_pids.insert(p.reading.pid);
+            let w = workloads.entry(id.clone()).or_insert_with(|| {
+                let mut w = new_workload(id.clone(), None);
+                w.container_unverified = unverified(id);
+                w
+            });
+            add_gpu_share(&mut w.gpu, gpu, p);
+        }
+    }
+    gpu_pids
+}
+
 fn is_shared(g: &Gpu) -> bool {
     let mut first: Option<&Option<WorkloadId>> = None;
     g.processes.iter().any(|p| match first {
@@ -878,12 +888,58 @@ fn add_gpu_share(w: &mut WorkloadGpu, gpu: &Gpu, p: &GpuProcess) {
 mod tests {
     use super::*;
     use crate::model::test_support::{gpu, process};
+    use std::collections::BTreeMap;
 
     fn id(name: &str) -> WorkloadId {
         WorkloadId {
             kind: WorkloadKind::Docker,
             id: name.into(),
         }
+    }
+
+    /// Two GPUs: a listed container on both, a cgroup nobody listed on one, an unattributed
+    /// (vanished) process beside them. Memory and PIDs add up per workload and GPU, in GPU
+    /// order; the unlisted workload is created, with why it is unverified; the unattributed
+    /// process belongs to nobody.
+    #[test]
+    fn gpu_processes_join_their_workloads_per_gpu() {
+        let (train, job) = (id("train"), id("job"));
+        let mut workloads = BTreeMap::new();
+        workloads.insert(train.clone(), new_workload(train.clone(), None));
+        let mut g0 = gpu(0);
+        g0.processes = vec![
+            process(10, Some(&train), 3 << 30),
+            process(11, Some(&train), 1 << 30),
+            process(12, Some(&job), 2 << 30),
+            process(13, None, 5 << 30),
+        ];
+        let mut g1 = gpu(1);
+        g1.processes = vec![process(10, Some(&train), 4 << 30)];
+        let pids = join_gpu_holders(&mut workloads, &[g0, g1], |id| {
+            (id.id.as_ref() == "job").then(|| "inspect failed".to_owned())
+        });
+        let mut held: Vec<u32> = pids.iter().copied().collect();
+        held.sort_unstable();
+        assert_eq!(held, [10, 11, 12]);
+        let t = &workloads[&train];
+        assert_eq!(t.gpu.processes, 3);
+        assert_eq!(t.gpu.memory_bytes, 8 << 30);
+        let shares: Vec<_> = t
+            .gpu
+            .per_gpu
+            .iter()
+            .map(|s| (s.index, s.memory_bytes, s.pids.clone()))
+            .collect();
+        assert_eq!(shares, [(0, 4 << 30, vec![10, 11]), (1, 4 << 30, vec![10])]);
+        assert_eq!(t.container_unverified, None);
+        let j = &workloads[&job];
+        assert_eq!((j.gpu.processes, j.gpu.memory_bytes), (1, 2 << 30));
+        assert_eq!(j.container_unverified.as_deref(), Some("inspect failed"));
+        assert_eq!(
+            workloads.len(),
+            2,
+            "the unattributed process makes no workload"
+        );
     }
 
     #[test]
