@@ -1,9 +1,11 @@
 //! The analysis: judges a round after the sampler has assembled it. Each workload gets its
 //! verdict (why its GPU is idle, or that it is not; naming the container's configuration when
-//! that is the cause) and its OOM headroom; the snapshot arrives
+//! that is the cause), its OOM headroom and, for a distributed job, the rank the others wait
+//! for; the snapshot arrives
 //! here with the facts only.
 pub mod container_config;
 pub mod headroom;
+pub mod ranks;
 pub mod verdict;
 
 use crate::model::Snapshot;
@@ -26,5 +28,6 @@ pub fn judge(snap: &mut Snapshot, config: &AnalysisConfig) {
             container_config::advise(v, c);
         }
         w.oom_headroom = headroom::oom_headroom(w, &snap.gpus, &config.headroom);
+        w.straggler = ranks::straggler(w, &config.verdict);
     }
 }

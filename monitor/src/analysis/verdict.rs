@@ -48,6 +48,10 @@ pub struct VerdictConfig {
     /// kernels, a launch-bound step, a batch too small. A large bf16 matmul on an H200 keeps
     /// 96 % of the SMs busy while it runs; a single-thread kernel 0.8 %.
     pub sm_active_min: f64,
+    /// Spread (points) between a distributed job's ranks above which one of them is named as
+    /// the straggler the others wait for (the nvidia-smi article: the GPUs of a DDP job should
+    /// move together within 5 %).
+    pub straggler_spread_points: f64,
 }
 
 impl Default for VerdictConfig {
@@ -61,6 +65,7 @@ impl Default for VerdictConfig {
             io_share_min: 0.5,
             throttled_min: 0.1,
             sm_active_min: 0.3,
+            straggler_spread_points: 5.0,
         }
     }
 }
@@ -594,6 +599,8 @@ mod tests {
             verdict: None,
             oom_headroom: None,
             config: None,
+            ranks: Vec::new(),
+            straggler: None,
             errors: BTreeMap::new(),
         }
     }

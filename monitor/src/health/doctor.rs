@@ -5,9 +5,9 @@
 //! in [`CHECKS`].
 use super::check::{Check, Checks, Examine, Status, Window};
 use super::conditions::{
-    container_config, container_memory, ghost_process, gpu_ecc_errors, gpu_lost, gpu_memory_high,
-    gpu_temperature_high, gpu_xid_errors, host_namespaces, nvml_latency, persistence_mode, sources,
-    start_temperature, throttling,
+    container_config, container_memory, ddp_environment, ghost_process, gpu_ecc_errors, gpu_lost,
+    gpu_memory_high, gpu_temperature_high, gpu_xid_errors, host_namespaces, nvml_latency,
+    persistence_mode, sources, start_temperature, throttling,
 };
 use crate::field_error::FieldError;
 use crate::model::Snapshot;
@@ -118,6 +118,14 @@ pub const CHECKS: &[(&[&str], Examine)] = &[
     (&[ghost_process::NAME], ghost_process::examine),
     (&[container_memory::NAME], container_memory::examine),
     (&container_config::NAMES, container_config::examine),
+    (
+        &[
+            ddp_environment::RANKS,
+            ddp_environment::VISIBLE_DEVICES,
+            ddp_environment::NCCL,
+        ],
+        ddp_environment::examine,
+    ),
 ];
 
 #[derive(Clone, Debug, Serialize)]

@@ -9,6 +9,7 @@ mod container_config;
 mod gpu;
 mod gpu_claim;
 mod headroom;
+mod ranks;
 mod verdict;
 mod workload;
 
@@ -20,6 +21,7 @@ pub use container_config::{
 pub use gpu::{xid_meaning, DeviceReading, GpmState, ProcessKind, ProcessReading, SmActivity};
 pub use gpu_claim::{parse_visible_devices, ClaimVia, ClaimedDevices, DeviceRef, GpuClaim};
 pub use headroom::OomHeadroom;
+pub use ranks::{Rank, RankEnv, Straggler, StragglerBasis};
 pub use verdict::{LoaderSummary, UnknownVerdict, Verdict, VerdictKind};
 pub use workload::{CgroupMode, WorkloadId, WorkloadKind};
 
@@ -324,6 +326,13 @@ pub struct Workload {
     pub oom_headroom: Option<OomHeadroom>,
     /// A container's own configuration (shm, limits, its GPUs) against what it uses.
     pub config: Option<ContainerConfig>,
+    /// One per GPU process when the workload's processes hold more than one GPU (a distributed
+    /// job's ranks); empty otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<Rank>,
+    /// The rank the others wait for, when the ranks spread apart (see `analysis`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub straggler: Option<Straggler>,
     /// Why a section above is missing, by section.
     pub errors: BTreeMap<&'static str, String>,
 }
@@ -347,6 +356,8 @@ impl Workload {
             verdict: None,
             oom_headroom: None,
             config: None,
+            ranks: Vec::new(),
+            straggler: None,
             errors: BTreeMap::new(),
         }
     }

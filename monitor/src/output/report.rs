@@ -76,7 +76,31 @@ pub struct ContainerSummary {
     pub peak_memory_bytes: Option<f64>,
     /// The smallest batch scale factor seen (the tightest moment).
     pub min_oom_batch_scale: Option<f64>,
+    /// A distributed job's straggler: the GPU whose rank the others waited for most often, and
+    /// in what share of the samples.
+    pub straggler: Option<StragglerShare>,
     pub alerts: BTreeMap<String, AlertCount>,
+}
+
+#[derive(Debug, PartialEq, Serialize)]
+pub struct StragglerShare {
+    pub gpu: u32,
+    pub share_of_samples: f64,
+}
+
+/// The GPU named straggler in most samples, if any was.
+fn straggler(s: &[crate::recording::WorkloadSample]) -> Option<StragglerShare> {
+    let mut counts: BTreeMap<u32, usize> = BTreeMap::new();
+    for g in s.iter().filter_map(|x| x.straggler_gpu) {
+        *counts.entry(g).or_default() += 1;
+    }
+    let (gpu, n) = counts
+        .into_iter()
+        .max_by_key(|(g, n)| (*n, std::cmp::Reverse(*g)))?;
+    Some(StragglerShare {
+        gpu,
+        share_of_samples: n as f64 / s.len() as f64,
+    })
 }
 
 #[derive(Debug, Serialize)]
@@ -231,6 +255,7 @@ fn container(rec: &Recording, w: &WorkloadSeries) -> ContainerSummary {
         mean_cpu_cores: mean(s.iter().filter_map(|x| x.cpu_cores)),
         peak_memory_bytes: s.iter().filter_map(|x| x.memory_bytes).reduce(f64::max),
         min_oom_batch_scale: s.iter().filter_map(|x| x.oom_batch_scale).reduce(f64::min),
+        straggler: straggler(s),
         alerts,
     }
 }
@@ -330,6 +355,16 @@ fn container_rows(c: &ContainerSummary) -> Vec<(&'static str, String)> {
         (
             "OOM headroom (batch can grow ×)",
             opt(c.min_oom_batch_scale, "", 2),
+        ),
+        (
+            "straggler (the rank the others waited for)",
+            c.straggler.as_ref().map_or("–".into(), |s| {
+                format!(
+                    "GPU {} in {:.0}% of samples",
+                    s.gpu,
+                    s.share_of_samples * 100.0
+                )
+            }),
         ),
         ("alerts", alerts_text(&c.alerts)),
     ]
@@ -452,6 +487,28 @@ mod tests {
     use super::*;
     use crate::model::VerdictKind;
     use crate::recording::{WorkloadSample, WorkloadSeries};
+
+    #[test]
+    fn the_straggler_is_the_gpu_named_in_most_samples() {
+        let sample = |g: Option<u32>| WorkloadSample {
+            straggler_gpu: g,
+            ..Default::default()
+        };
+        let s = [
+            sample(Some(1)),
+            sample(Some(1)),
+            sample(Some(0)),
+            sample(None),
+        ];
+        assert_eq!(
+            straggler(&s),
+            Some(StragglerShare {
+                gpu: 1,
+                share_of_samples: 0.5
+            })
+        );
+        assert_eq!(straggler(&[sample(None)]), None);
+    }
 
     #[test]
     fn gpu_hours_distribution_and_verdict_shares() {

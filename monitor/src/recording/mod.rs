@@ -79,6 +79,8 @@ pub struct WorkloadSample {
     pub verdict: Option<VerdictKind>,
     pub input_bound_share: Option<f64>,
     pub oom_batch_scale: Option<f64>,
+    /// The GPU of the rank the others waited for (distributed jobs).
+    pub straggler_gpu: Option<u32>,
 }
 
 /// An alert transition recorded with the samples.
@@ -206,6 +208,7 @@ impl Recording {
                     verdict: row.verdict,
                     input_bound_share: row.input_bound_share,
                     oom_batch_scale: row.oom_batch_scale,
+                    straggler_gpu: row.straggler_gpu.map(|g| g as u32),
                 });
             }
             Record::Alert => self.alerts.push(AlertRow {

@@ -72,6 +72,9 @@ pub struct Row {
     pub input_bound_share: Option<f64>,
     #[serde(with = "number")]
     pub oom_batch_scale: Option<f64>,
+    /// The GPU of a distributed job's rank the others wait for.
+    #[serde(with = "number")]
+    pub straggler_gpu: Option<f64>,
     pub alert_rule: String,
     #[serde(with = "label")]
     pub alert_state: Option<AlertState>,
@@ -289,7 +292,7 @@ mod tests {
     #[test]
     fn the_columns_are_the_fields_in_order() {
         let columns = Row::columns();
-        assert_eq!(columns.len(), 33);
+        assert_eq!(columns.len(), 34);
         assert_eq!(&columns[..3], ["timestamp", "unix_ms", "record"]);
         assert_eq!(columns.last(), Some(&"alert_summary"));
         // The header the csv crate writes for a row is the same list.

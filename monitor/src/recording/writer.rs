@@ -104,6 +104,7 @@ fn workload_row(s: &Snapshot, w: &Workload) -> Row {
         verdict: verdict.map(|v| v.kind),
         input_bound_share: verdict.and_then(|v| v.input_bound_share),
         oom_batch_scale: w.oom_headroom.and_then(|h| h.batch_scale),
+        straggler_gpu: w.straggler.as_ref().map(|s| f64::from(s.gpu)),
         ..stamped(s, Record::Workload)
     }
 }

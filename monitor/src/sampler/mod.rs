@@ -15,6 +15,7 @@ pub mod io_tracing;
 mod namespaces;
 mod pending;
 pub mod process_checks;
+mod ranks;
 mod stalls;
 
 use crate::cgroup::{CgroupLayout, CgroupMembership};
@@ -98,6 +99,8 @@ pub struct Sampler {
     stalls: Stalls,
     processes: ProcessTable,
     checks: ProcessChecks,
+    /// The launch environment of each rank of a job holding several GPUs.
+    rank_envs: ranks::RankEnvs,
     proc_root: PathBuf,
     container_configs: ConfigReader,
     /// The engine's containers' own cgroup paths, to tell a container from a look-alike.
@@ -201,6 +204,7 @@ impl Sampler {
             stalls,
             processes: ProcessTable::new(&config.proc_root, config.revalidate_rounds),
             checks: ProcessChecks::new(&config.proc_root),
+            rank_envs: ranks::RankEnvs::new(&config.proc_root),
             proc_root: config.proc_root.clone(),
             container_configs: ConfigReader::default(),
             claims: claims::ContainerClaims::default(),
@@ -399,6 +403,10 @@ impl Sampler {
         let mut workloads = self.workloads(&docker_state);
         self.add_ended(&mut workloads, &gpus);
         let gpu_pids = join_gpu_holders(&mut workloads, &gpus, |id| self.unverified_container(id));
+        for w in workloads.values_mut() {
+            w.ranks = self.rank_envs.ranks(w, &gpus);
+        }
+        self.rank_envs.retain_listed(&gpus);
         self.stalls.step_io(now_us / 1000, &self.events);
         let probe_ok = self.read_counters(&mut workloads, window, &gpu_pids);
         self.read_container_configs(&mut workloads, &gpus, window);

@@ -104,6 +104,7 @@ impl Completion<'_> {
         }
         for w in &mut snap.workloads {
             finish_workload_busy(w);
+            super::ranks::finish(w);
         }
         snap
     }

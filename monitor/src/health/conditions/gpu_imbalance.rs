@@ -40,13 +40,17 @@ impl Rule for Config {
             let outcome = match (w.gpu.busy_fraction, hi, lo) {
                 (Some(_), Some(hi), Some(lo)) if hi.1 - lo.1 > self.spread_percent => {
                     let spread = hi.1 - lo.1;
+                    // The rank the others wait for, when the analysis could tell.
+                    let waits = w.straggler.as_ref().map_or_else(String::new, |s| {
+                        format!("; the others wait for PID {} on GPU {}", s.pid, s.gpu)
+                    });
                     Outcome::Breached(Finding {
                         value: spread,
                         threshold: self.spread_percent,
                         unit: "points",
                         summary: format!(
                             "{}: GPU busy spread {spread:.0} points across its GPUs (GPU {} at \
-                             {:.0}%, GPU {} at {:.0}%)",
+                             {:.0}%, GPU {} at {:.0}%{waits})",
                             w.name, hi.0, hi.1, lo.0, lo.1
                         ),
                         action: "The ranks of a distributed job wait on each other: check the \
@@ -107,6 +111,23 @@ mod tests {
         assert_eq!(
             outcome(ranks(&[Some(0.9), Some(0.87)])),
             Some(Outcome::Clear)
+        );
+        // With the straggler known, the summary names it.
+        let mut named = ranks(&[Some(0.9), Some(0.2)]);
+        named.straggler = Some(crate::model::Straggler {
+            pid: 4242,
+            gpu: 0,
+            by: crate::model::StragglerBasis::Busy,
+            spread_points: 70.0,
+        });
+        let Some(Outcome::Breached(f)) = outcome(named) else {
+            panic!("70 points apart");
+        };
+        assert!(
+            f.summary
+                .ends_with("GPU 1 at 20%; the others wait for PID 4242 on GPU 0)"),
+            "{}",
+            f.summary
         );
         // A GPU whose share is unknown does not count; none known is unknown.
         assert_eq!(outcome(ranks(&[Some(0.9), None])), Some(Outcome::Clear));

@@ -3,6 +3,7 @@
 //! [`super::doctor`] the checks.
 pub mod container_config;
 pub mod container_memory;
+pub mod ddp_environment;
 pub mod ghost_process;
 pub mod gpu_allocated_idle;
 pub mod gpu_ecc_errors;

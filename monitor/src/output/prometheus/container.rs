@@ -182,6 +182,24 @@ pub(super) fn encode(enc: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), st
             ))
         }),
     )?;
+    family(
+        enc,
+        "gpuwatch_container_straggler",
+        "1 on the GPU of a distributed job's rank the others wait for, when its ranks spread \
+         apart (by: sm_activity or busy). Each rank's figures are the container's per-GPU \
+         series.",
+        None,
+        Gauge,
+        ws.iter().filter_map(|(w, l)| {
+            let s = w.straggler.as_ref()?;
+            let by = match s.by {
+                crate::model::StragglerBasis::SmActivity => "sm_activity",
+                crate::model::StragglerBasis::Busy => "busy",
+            };
+            let extra = [("gpu", s.gpu.to_string()), ("by", by.to_owned())];
+            Some((with(l.clone(), &extra), 1.0))
+        }),
+    )?;
     encode_config(enc, &ws)
 }
 

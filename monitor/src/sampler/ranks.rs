@@ -1,0 +1,236 @@
+//! The ranks of a workload whose processes hold more than one GPU: each GPU process, the GPU it
+//! computes on, and its launch environment (`/proc/<pid>/environ`, and the interfaces of its
+//! network namespace from `/proc/<pid>/net/dev`), read once per process and kept while it
+//! lives. The ranks' busy shares are filled in when the round is completed.
+use crate::model::{Gpu, Rank, RankEnv, Workload};
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+
+/// Each rank's environment, by (pid, start time): a process's launch environment does not
+/// change after it starts.
+pub struct RankEnvs {
+    proc_root: PathBuf,
+    known: HashMap<(u32, Option<u64>), Result<RankEnv, String>>,
+}
+
+impl RankEnvs {
+    pub fn new(proc_root: impl Into<PathBuf>) -> Self {
+        Self {
+            proc_root: proc_root.into(),
+            known: HashMap::new(),
+        }
+    }
+
+    /// The ranks of `w` in this round's `gpus`: its GPU processes when they hold two GPUs or
+    /// more, or when two or more of them on one GPU were launched as ranks (RANK, LOCAL_RANK or
+    /// WORLD_SIZE in their environment: the ranks of a job that forgot to give each its GPU).
+    pub fn ranks(&mut self, w: &Workload, gpus: &[Gpu]) -> Vec<Rank> {
+        if w.gpu.per_gpu.len() < 2 && w.gpu.processes < 2 {
+            return Vec::new();
+        }
+        // pid → (start time, its memory on each GPU)
+        let mut held: BTreeMap<u32, (Option<u64>, BTreeMap<u32, u64>)> = BTreeMap::new();
+        for g in gpus {
+            for p in g
+                .processes
+                .iter()
+                .filter(|p| p.workload.as_ref() == Some(&w.id))
+            {
+                let entry = held.entry(p.reading.pid).or_default();
+                entry.0 = p.start_time_ticks;
+                *entry.1.entry(g.device.index).or_default() +=
+                    p.reading.used_memory_bytes.unwrap_or(0);
+            }
+        }
+        let mut ranks: Vec<Rank> = held
+            .into_iter()
+            .filter_map(|(pid, (start, memory))| {
+                // The most memory, the lowest index on a tie.
+                let (&gpu, &memory_bytes) = memory
+                    .iter()
+                    .max_by_key(|(i, m)| (**m, std::cmp::Reverse(**i)))?;
+                let env = self
+                    .known
+                    .entry((pid, start))
+                    .or_insert_with(|| read_env(&self.proc_root, pid))
+                    .clone();
+                let (env, env_error) = match env {
+                    Ok(e) => (Some(e), None),
+                    Err(why) => (None, Some(why)),
+                };
+                Some(Rank {
+                    pid,
+                    gpu,
+                    memory_bytes,
+                    busy_fraction: None,
+                    sm_activity_percent: None,
+                    env,
+                    env_error,
+                })
+            })
+            .collect();
+        let launched = |r: &Rank| {
+            r.env.as_ref().is_some_and(|e| {
+                e.rank.is_some() || e.local_rank.is_some() || e.world_size.is_some()
+            })
+        };
+        if w.gpu.per_gpu.len() < 2 && ranks.iter().filter(|r| launched(r)).count() < 2 {
+            return Vec::new();
+        }
+        ranks.sort_by_key(|r| (r.gpu, r.pid));
+        ranks
+    }
+
+    /// Forgets the processes no GPU lists any more.
+    pub fn retain_listed(&mut self, gpus: &[Gpu]) {
+        let listed: std::collections::HashSet<(u32, Option<u64>)> = gpus
+            .iter()
+            .flat_map(|g| &g.processes)
+            .map(|p| (p.reading.pid, p.start_time_ticks))
+            .collect();
+        self.known.retain(|k, _| listed.contains(k));
+    }
+}
+
+fn read_env(proc_root: &std::path::Path, pid: u32) -> Result<RankEnv, String> {
+    let dir = proc_root.join(pid.to_string());
+    let environ = std::fs::read(dir.join("environ"))
+        .map_err(|e| format!("reading {}: {e}", dir.join("environ").display()))?;
+    let mut env = RankEnv::from_environ(&environ);
+    // The interfaces of its network namespace; a process in none readable leaves the list
+    // empty, and nothing is said about NCCL_SOCKET_IFNAME.
+    if let Ok(dev) = std::fs::read_to_string(dir.join("net/dev")) {
+        env.interfaces = interfaces(&dev);
+    }
+    Ok(env)
+}
+
+/// The interface names of a `/proc/<pid>/net/dev` file (after its two header lines).
+fn interfaces(dev: &str) -> Vec<String> {
+    dev.lines()
+        .skip(2)
+        .filter_map(|l| Some(l.split_once(':')?.0.trim().to_owned()))
+        .filter(|n| !n.is_empty())
+        .collect()
+}
+
+/// Fills each rank's busy share and SM activity from its workload's share of its GPU, where no
+/// other rank of the workload computes on that GPU.
+pub fn finish(w: &mut Workload) {
+    let per_gpu = &w.gpu.per_gpu;
+    let counts: BTreeMap<u32, usize> = w.ranks.iter().fold(BTreeMap::new(), |mut m, r| {
+        *m.entry(r.gpu).or_default() += 1;
+        m
+    });
+    for r in &mut w.ranks {
+        let alone = counts.get(&r.gpu) == Some(&1);
+        let share = per_gpu.iter().find(|s| s.index == r.gpu).filter(|_| alone);
+        r.busy_fraction = share.and_then(|s| s.busy_fraction);
+        r.sm_activity_percent = share.and_then(|s| s.sm_activity_percent);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::test_support::{container, gpu, process};
+    use crate::model::WorkloadGpuShare;
+
+    fn fake_proc(root: &std::path::Path, pid: u32, environ: &[u8]) {
+        let d = root.join(pid.to_string());
+        std::fs::create_dir_all(d.join("net")).unwrap();
+        std::fs::write(d.join("environ"), environ).unwrap();
+        std::fs::write(
+            d.join("net/dev"),
+            "Inter-|   Receive\n face |bytes\n    lo: 1 2 3\n  eth0: 4 5 6\n",
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn each_gpu_process_is_a_rank_on_the_gpu_it_holds_most_of() {
+        let root = tempfile::tempdir().unwrap();
+        fake_proc(root.path(), 10, b"LOCAL_RANK=0\0WORLD_SIZE=2\0");
+        fake_proc(root.path(), 11, b"LOCAL_RANK=1\0WORLD_SIZE=2\0");
+        let mut w = container("ddp");
+        let (mut g0, mut g1) = (gpu(0), gpu(1));
+        // Rank 1 also opens a small context on GPU 0, as NCCL does.
+        g0.processes = vec![
+            process(10, Some(&w.id), 8 << 30),
+            process(11, Some(&w.id), 1 << 28),
+        ];
+        g1.processes = vec![process(11, Some(&w.id), 8 << 30)];
+        w.gpu.per_gpu = vec![
+            WorkloadGpuShare::new(0, None),
+            WorkloadGpuShare::new(1, None),
+        ];
+        let mut envs = RankEnvs::new(root.path());
+        let ranks = envs.ranks(&w, &[g0.clone(), g1.clone()]);
+        let placed: Vec<_> = ranks
+            .iter()
+            .map(|r| (r.pid, r.gpu, r.memory_bytes))
+            .collect();
+        assert_eq!(placed, [(10, 0, 8 << 30), (11, 1, 8 << 30)]);
+        let env = ranks[1].env.as_ref().unwrap();
+        assert_eq!(env.local_rank.as_deref(), Some("1"));
+        assert_eq!(env.interfaces, ["lo", "eth0"]);
+        // Both on one GPU: ranks, since their environments say they were launched as ranks...
+        let mut single = w.clone();
+        single.gpu.per_gpu.truncate(1);
+        single.gpu.processes = 2;
+        let shared = envs.ranks(&single, &[g0.clone()]);
+        assert_eq!(shared.iter().map(|r| r.gpu).collect::<Vec<_>>(), [0, 0]);
+        // ...and not two processes of some other job sharing one.
+        fake_proc(root.path(), 12, b"PATH=/bin\0");
+        fake_proc(root.path(), 13, b"PATH=/bin\0");
+        let mut g = gpu(0);
+        g.processes = vec![
+            process(12, Some(&w.id), 1 << 30),
+            process(13, Some(&w.id), 1 << 30),
+        ];
+        assert!(envs.ranks(&single, &[g]).is_empty());
+        // An environment that cannot be read says why.
+        std::fs::remove_file(root.path().join("10/environ")).unwrap();
+        envs.retain_listed(&[]);
+        let ranks = envs.ranks(&w, &[g0, g1]);
+        assert!(ranks[0].env.is_none());
+        assert!(
+            ranks[0]
+                .env_error
+                .as_deref()
+                .unwrap()
+                .contains("10/environ"),
+            "{ranks:?}"
+        );
+    }
+
+    #[test]
+    fn a_rank_gets_its_gpus_busy_share_unless_another_rank_computes_there() {
+        let mut w = container("ddp");
+        let share = |i, busy| WorkloadGpuShare {
+            busy_fraction: Some(busy),
+            sm_activity_percent: Some(busy * 100.0),
+            ..WorkloadGpuShare::new(i, None)
+        };
+        w.gpu.per_gpu = vec![share(0, 0.9), share(1, 0.4)];
+        let rank = |pid, gpu| Rank {
+            pid,
+            gpu,
+            memory_bytes: 0,
+            busy_fraction: None,
+            sm_activity_percent: None,
+            env: None,
+            env_error: None,
+        };
+        w.ranks = vec![rank(10, 0), rank(11, 1)];
+        finish(&mut w);
+        assert_eq!(w.ranks[0].busy_fraction, Some(0.9));
+        assert_eq!(w.ranks[1].sm_activity_percent, Some(40.0));
+        w.ranks = vec![rank(10, 0), rank(11, 0)];
+        finish(&mut w);
+        assert_eq!(
+            w.ranks[0].busy_fraction, None,
+            "two ranks on one GPU: neither is known"
+        );
+    }
+}
