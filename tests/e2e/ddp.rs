@@ -25,7 +25,7 @@ fn children(init: u32) -> Vec<u32> {
 }
 
 /// Each rank's environment: LOCAL_RANK from its own `env`, the rest from the container's.
-fn rank_env<'a>(ranks: &'a [Value], pid: u32) -> &'a Value {
+fn rank_env(ranks: &[Value], pid: u32) -> &Value {
     &ranks.iter().find(|r| r["pid"] == pid).unwrap()["env"]
 }
 
