@@ -41,7 +41,9 @@ pub fn parse(stat: &[u8]) -> Option<ProcStat> {
     let start_time = f.nth(6)?.trim_end().parse().ok()?;
     Some(ProcStat {
         state,
-        cpu_ticks: utime + stime,
+        // Two u64 counters of clock ticks: their sum cannot overflow on a real kernel, but a
+        // line that is not one must not panic the round.
+        cpu_ticks: utime.saturating_add(stime),
         start_time,
     })
 }
@@ -246,6 +248,11 @@ mod tests {
             }
         );
         assert!(parse(b"garbage").is_none());
+        let huge = format!(
+            "9 (a) R 1 1 1 0 -1 0 0 0 0 0 {m} {m} 0 0 20 0 1 0 5 0 0\n",
+            m = u64::MAX
+        );
+        assert_eq!(parse(huge.as_bytes()).unwrap().cpu_ticks, u64::MAX);
         let me = StatFiles::new(Path::new("/proc"))
             .read(std::process::id())
             .unwrap();
