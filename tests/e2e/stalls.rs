@@ -529,8 +529,11 @@ fn the_agent_traces_reads_only_while_a_container_needs_them() {
     let c = Container::start(
         &unique("adaptive"),
         &[],
-        // A loader at about a quarter of a CPU: the verdict test beside it needs the rest.
-        "while :; do dd if=/dev/zero of=/dev/null bs=4096 count=20000 status=none; sleep 0.1; done",
+        // A loader at about 30 % of a CPU whatever the machine's speed (a fixed count of reads
+        // took 4 ms on one machine, under the 10 % that asks for tracing): 80 ms of reads, 200 ms
+        // asleep. The verdict test beside it needs the rest.
+        "while :; do dd if=/dev/zero of=/dev/null bs=4096 status=none & d=$!; sleep 0.08; \
+         kill $d; wait $d; sleep 0.2; done",
     );
     let dir = tempfile::tempdir().unwrap();
     let scenario = dir.path().join("scenario.json");
