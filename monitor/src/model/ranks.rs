@@ -3,6 +3,7 @@
 //! environment says of the launch (the variables the nvidia-smi article checks by hand before
 //! a DDP run). Which rank the others wait for is the analysis's (`straggler`).
 use serde::Serialize;
+use std::sync::Arc;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Rank {
@@ -17,11 +18,11 @@ pub struct Rank {
     pub busy_fraction: Option<f64>,
     /// GPM: of the SMs, the share busy while its GPU ran kernels (percent).
     pub sm_activity_percent: Option<f64>,
-    /// Its launch environment, from `/proc/<pid>/environ`; `None` when that could not be read
-    /// (`env_error` says why).
-    pub env: Option<RankEnv>,
+    /// Its launch environment, from `/proc/<pid>/environ` (read once per process, shared by
+    /// every round's copy); `None` when that could not be read (`env_error` says why).
+    pub env: Option<Arc<RankEnv>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub env_error: Option<String>,
+    pub env_error: Option<Arc<str>>,
 }
 
 /// The variables of a rank's environment that bear on a distributed launch, as written (`None`

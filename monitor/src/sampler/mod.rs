@@ -406,7 +406,7 @@ impl Sampler {
         for w in workloads.values_mut() {
             w.ranks = self.rank_envs.ranks(w, &gpus);
         }
-        self.rank_envs.retain_listed(&gpus);
+        self.rank_envs.end_round();
         self.stalls.step_io(now_us / 1000, &self.events);
         let probe_ok = self.read_counters(&mut workloads, window, &gpu_pids);
         self.read_container_configs(&mut workloads, &gpus, window);

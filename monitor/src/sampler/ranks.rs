@@ -5,12 +5,17 @@
 use crate::model::{Gpu, Rank, RankEnv, Workload};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::Arc;
+
+/// A rank's environment as read: shared, since every round's copy of the rank carries it.
+type Read = Result<Arc<RankEnv>, Arc<str>>;
 
 /// Each rank's environment, by (pid, start time): a process's launch environment does not
-/// change after it starts.
+/// change after it starts. Entries not asked for in a round are forgotten at its end.
 pub struct RankEnvs {
     proc_root: PathBuf,
-    known: HashMap<(u32, Option<u64>), Result<RankEnv, String>>,
+    known: HashMap<(u32, Option<u64>), (Read, u64)>,
+    round: u64,
 }
 
 impl RankEnvs {
@@ -18,6 +23,7 @@ impl RankEnvs {
         Self {
             proc_root: proc_root.into(),
             known: HashMap::new(),
+            round: 0,
         }
     }
 
@@ -28,37 +34,44 @@ impl RankEnvs {
         if w.gpu.per_gpu.len() < 2 && w.gpu.processes < 2 {
             return Vec::new();
         }
-        // pid → (start time, its memory on each GPU)
-        let mut held: BTreeMap<u32, (Option<u64>, BTreeMap<u32, u64>)> = BTreeMap::new();
-        for g in gpus {
-            for p in g
-                .processes
-                .iter()
-                .filter(|p| p.workload.as_ref() == Some(&w.id))
-            {
-                let entry = held.entry(p.reading.pid).or_default();
-                entry.0 = p.start_time_ticks;
-                *entry.1.entry(g.device.index).or_default() +=
-                    p.reading.used_memory_bytes.unwrap_or(0);
+        // (pid, GPU, start time, memory there) of each of its GPU processes, summed per pid and
+        // GPU, then the GPU with the most memory per pid (the lowest index on a tie).
+        let mut held: Vec<(u32, u32, Option<u64>, u64)> = gpus
+            .iter()
+            .flat_map(|g| {
+                g.processes
+                    .iter()
+                    .filter(|p| p.workload.as_ref() == Some(&w.id))
+                    .map(move |p| {
+                        let memory = p.reading.used_memory_bytes.unwrap_or(0);
+                        (p.reading.pid, g.device.index, p.start_time_ticks, memory)
+                    })
+            })
+            .collect();
+        held.sort_unstable_by_key(|h| (h.0, h.1));
+        held.dedup_by(|later, kept| {
+            let same = later.0 == kept.0 && later.1 == kept.1;
+            if same {
+                kept.3 += later.3;
             }
-        }
+            same
+        });
+        held.sort_by_key(|&(pid, gpu, _, memory)| (pid, std::cmp::Reverse(memory), gpu));
+        held.dedup_by_key(|h| h.0);
+        let round = self.round;
         let mut ranks: Vec<Rank> = held
             .into_iter()
-            .filter_map(|(pid, (start, memory))| {
-                // The most memory, the lowest index on a tie.
-                let (&gpu, &memory_bytes) = memory
-                    .iter()
-                    .max_by_key(|(i, m)| (**m, std::cmp::Reverse(**i)))?;
-                let env = self
+            .map(|(pid, gpu, start, memory_bytes)| {
+                let (read, seen) = self
                     .known
                     .entry((pid, start))
-                    .or_insert_with(|| read_env(&self.proc_root, pid))
-                    .clone();
-                let (env, env_error) = match env {
-                    Ok(e) => (Some(e), None),
-                    Err(why) => (None, Some(why)),
+                    .or_insert_with(|| (read_env(&self.proc_root, pid), round));
+                *seen = round;
+                let (env, env_error) = match read {
+                    Ok(e) => (Some(e.clone()), None),
+                    Err(why) => (None, Some(why.clone())),
                 };
-                Some(Rank {
+                Rank {
                     pid,
                     gpu,
                     memory_bytes,
@@ -66,7 +79,7 @@ impl RankEnvs {
                     sm_activity_percent: None,
                     env,
                     env_error,
-                })
+                }
             })
             .collect();
         let launched = |r: &Rank| {
@@ -81,18 +94,15 @@ impl RankEnvs {
         ranks
     }
 
-    /// Forgets the processes no GPU lists any more.
-    pub fn retain_listed(&mut self, gpus: &[Gpu]) {
-        let listed: std::collections::HashSet<(u32, Option<u64>)> = gpus
-            .iter()
-            .flat_map(|g| &g.processes)
-            .map(|p| (p.reading.pid, p.start_time_ticks))
-            .collect();
-        self.known.retain(|k, _| listed.contains(k));
+    /// Ends a round: forgets the processes no workload asked about in it.
+    pub fn end_round(&mut self) {
+        let round = self.round;
+        self.known.retain(|_, (_, seen)| *seen == round);
+        self.round += 1;
     }
 }
 
-fn read_env(proc_root: &std::path::Path, pid: u32) -> Result<RankEnv, String> {
+fn read_env(proc_root: &std::path::Path, pid: u32) -> Read {
     let dir = proc_root.join(pid.to_string());
     let environ = std::fs::read(dir.join("environ"))
         .map_err(|e| format!("reading {}: {e}", dir.join("environ").display()))?;
@@ -102,7 +112,7 @@ fn read_env(proc_root: &std::path::Path, pid: u32) -> Result<RankEnv, String> {
     if let Ok(dev) = std::fs::read_to_string(dir.join("net/dev")) {
         env.interfaces = interfaces(&dev);
     }
-    Ok(env)
+    Ok(Arc::new(env))
 }
 
 /// The interface names of a `/proc/<pid>/net/dev` file (after its two header lines).
@@ -191,7 +201,8 @@ mod tests {
         assert!(envs.ranks(&single, &[g]).is_empty());
         // An environment that cannot be read says why.
         std::fs::remove_file(root.path().join("10/environ")).unwrap();
-        envs.retain_listed(&[]);
+        envs.end_round();
+        envs.end_round();
         let ranks = envs.ranks(&w, &[g0, g1]);
         assert!(ranks[0].env.is_none());
         assert!(

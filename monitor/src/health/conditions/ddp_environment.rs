@@ -28,7 +28,7 @@ pub fn examine(window: &Window<'_>, out: &mut Checks) {
 fn envs(w: &Workload) -> Vec<(&Rank, &RankEnv)> {
     w.ranks
         .iter()
-        .filter_map(|r| Some((r, r.env.as_ref()?)))
+        .filter_map(|r| Some((r, r.env.as_deref()?)))
         .collect()
 }
 
@@ -320,7 +320,7 @@ mod tests {
             memory_bytes: 1 << 30,
             busy_fraction: None,
             sm_activity_percent: None,
-            env: Some(env),
+            env: Some(std::sync::Arc::new(env)),
             env_error: None,
         }
     }
