@@ -636,6 +636,95 @@ fn serve_keeps_only_the_capabilities_it_uses_in_every_thread() {
     );
 }
 
+/// `--user nobody`: every thread of a running `serve` holds nobody's uid and gid in all four
+/// slots (real, effective, saved, filesystem) and still the four capabilities, with
+/// no-new-privileges; rounds keep coming (the published round's time moves, health stays OK)
+/// and the eBPF maps are still read. An unknown user is refused before anything starts.
+#[test]
+fn serve_becomes_the_user_it_is_given_and_keeps_sampling() {
+    require_root();
+    const FOUR: u64 = (1 << 39) | (1 << 38) | (1 << 19) | (1 << 2);
+    const NOBODY: &str = "65534";
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    std::fs::write(
+        &scenario,
+        json!({"devices": [{"uuid": "GPU-user"}]}).to_string(),
+    )
+    .unwrap();
+    let (agent, url) = serve_via(&[], &scenario, &["--user", "nobody"]);
+    wait_for_metrics(&url, |m| m.contains("gpuwatch_up{source=\"ebpf\"} 1"));
+    let ids = |pid: u32| -> Vec<(String, String, String)> {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
+            .map(|s| {
+                let field = |name: &str| {
+                    s.lines()
+                        .find_map(|l| l.strip_prefix(name))
+                        .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+                        .unwrap_or_default()
+                };
+                (field("Name:"), field("Uid:"), field("Gid:"))
+            })
+            .collect()
+    };
+    // The switch happens once the sources are open, right after the first metrics can show.
+    let started = Instant::now();
+    let all_nobody = |t: &[(String, String, String)]| {
+        t.iter()
+            .all(|(_, u, g)| *u == [NOBODY; 4].join(" ") && *g == [NOBODY; 4].join(" "))
+    };
+    while !all_nobody(&ids(agent.0.id())) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            ids(agent.0.id())
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let threads = thread_privileges(agent.0.id());
+    assert!(threads.len() >= 4, "{threads:?}");
+    for (name, eff, prm, nnp) in &threads {
+        assert_eq!((*eff, *prm, *nnp), (FOUR, FOUR, true), "thread {name}");
+    }
+    let taken_at = || {
+        let (status, body) = get(&format!("{url}/api/v1/gpus"));
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str::<Value>(&body).unwrap()["taken_at"].to_string()
+    };
+    // A round is published once the GPU series covers it: up to the 10-s series interval late.
+    let first = taken_at();
+    let switched = Instant::now();
+    while taken_at() == first {
+        assert!(
+            switched.elapsed() < Duration::from_secs(25),
+            "no round published since the switch: {first}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!(get(&format!("{url}/-/healthy")).0, 200);
+    let metrics = get(&format!("{url}/metrics")).1;
+    assert!(
+        metrics.contains("gpuwatch_up{source=\"ebpf\"} 1"),
+        "{metrics}"
+    );
+    drop(agent);
+    let out = std::process::Command::new(support::gpuwatch_bin())
+        .args(["serve", "--user", "no-such-user-gpuwatch", "--no-ebpf"])
+        .env("GPUWATCH_NVML_LIB", fake_nvml_lib())
+        .env("FAKE_NVML_SCENARIO", &scenario)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("--user") && err.contains("no-such-user-gpuwatch"),
+        "{err}"
+    );
+}
+
 /// `/metrics` once `ready` accepts it (within 30 s).
 fn wait_for_metrics(url: &str, ready: impl Fn(&str) -> bool) -> String {
     let started = Instant::now();

@@ -13,6 +13,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use doctor::DoctorArgs;
 use gpuwatch::analysis::AnalysisConfig;
 use gpuwatch::config::Config;
+use gpuwatch::runtime::privileges::Identity;
 use gpuwatch::runtime::{Agent, AgentConfig};
 use gpuwatch::sampler::SamplerConfig;
 use gpuwatch::sources::docker::DockerSourceConfig;
@@ -152,13 +153,36 @@ pub(crate) struct PrivilegeArgs {
     /// CAP_DAC_READ_SEARCH (those it has; CAP_SYS_ADMIN where it stood in for the first two).
     #[arg(long)]
     pub(crate) keep_capabilities: bool,
+    /// Then also become this user (a name or a uid), with its groups, keeping only those
+    /// capabilities. To reconnect to Docker it needs the socket's group (`docker`).
+    #[arg(long, conflicts_with = "keep_capabilities")]
+    pub(crate) user: Option<String>,
 }
 
 impl PrivilegeArgs {
-    /// Drops what the started agent no longer uses, unless told to keep it.
-    pub(crate) fn apply(&self, agent: &gpuwatch::runtime::Agent) {
-        if !self.keep_capabilities {
-            agent.keep_only_needed_privileges();
+    /// The `--user` to become, looked up before anything starts.
+    pub(crate) fn identity(&self) -> Result<Option<Identity>> {
+        self.user
+            .as_deref()
+            .map(Identity::lookup)
+            .transpose()
+            .context("--user")
+    }
+
+    /// Drops what the started agent no longer uses, unless told to keep it, and becomes
+    /// `user`. Not being able to drop is logged; not being able to become the user asked for is
+    /// an error.
+    pub(crate) fn apply(&self, agent: &Agent, user: Option<&Identity>) -> Result<()> {
+        if self.keep_capabilities {
+            return Ok(());
+        }
+        match agent.keep_only_needed_privileges(user) {
+            Ok(_) => Ok(()),
+            Err(e) if user.is_none() => {
+                tracing::warn!("could not drop capabilities: {e}");
+                Ok(())
+            }
+            Err(e) => Err(e).context("becoming the --user"),
         }
     }
 }

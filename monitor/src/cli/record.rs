@@ -44,6 +44,7 @@ pub(crate) fn record(args: &RecordArgs, config: &Config) -> Result<()> {
     use std::io::IsTerminal;
     use std::sync::atomic::Ordering;
     let interval = args.run.interval(config)?;
+    let user = args.privileges.identity()?;
     let stop = stop_on_signals()?;
     let to_stdout = args.output.as_os_str() == "-";
     let name = if to_stdout {
@@ -61,7 +62,7 @@ pub(crate) fn record(args: &RecordArgs, config: &Config) -> Result<()> {
 
     let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
         .context("starting the agent")?;
-    args.privileges.apply(&agent);
+    args.privileges.apply(&agent, user.as_ref())?;
     // The config's alert rules run over the recording; their transitions are recorded too
     // (CSV `alert` rows), for `gpuwatch report`. Nothing is notified.
     let mut alerts = gpuwatch::health::alerts::AlertEngine::new(&config.alerts);

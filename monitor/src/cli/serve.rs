@@ -31,6 +31,7 @@ pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
     use std::collections::BTreeMap;
     use std::sync::{Arc, RwLock};
     let interval = args.run.interval(config)?;
+    let user = args.privileges.identity()?;
     let files = gpuwatch::serve::raise_file_limit();
     tracing::info!(
         "open-file limit {files}: serving up to {} connections at once",
@@ -91,7 +92,7 @@ pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
     let stop = stop_on_signals()?;
     let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
         .context("starting the agent")?;
-    args.privileges.apply(&agent);
+    args.privileges.apply(&agent, user.as_ref())?;
     let _ = site.heartbeat.set(agent.sampler.heartbeat());
     let mut xid_totals: BTreeMap<u32, u64> = BTreeMap::new();
     let result = gpuwatch::runtime::daemon::run_rounds(

@@ -25,10 +25,11 @@ pub(crate) struct WatchArgs {
 pub(crate) fn watch(args: &WatchArgs, config: &Config) -> Result<()> {
     use gpuwatch::notify::Notification;
     let interval = args.run.interval(config)?;
+    let user = args.privileges.identity()?;
     let stop = stop_on_signals()?;
     let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
         .context("starting the agent")?;
-    args.privileges.apply(&agent);
+    args.privileges.apply(&agent, user.as_ref())?;
     let mut stdout = std::io::stdout().lock();
     let mut said = false;
     gpuwatch::runtime::daemon::run_rounds(

@@ -76,21 +76,24 @@ impl Agent {
 }
 
 impl Agent {
-    /// Drops every capability the running agent no longer uses (see [`super::privileges`]);
-    /// logs what it kept, or why it could not.
-    pub fn keep_only_needed_privileges(&self) {
+    /// Drops every capability the running agent no longer uses (see [`super::privileges`]),
+    /// becoming `user` when one is given; logs what it kept.
+    pub fn keep_only_needed_privileges(
+        &self,
+        user: Option<&super::privileges::Identity>,
+    ) -> Result<u64, super::privileges::PrivilegeError> {
         let (bpf_maps, attach_later) = self.sampler.probe_use();
         let needs = super::privileges::Needs {
             bpf_maps,
             attach_later,
         };
-        match super::privileges::keep_only(needs) {
-            Ok(kept) => tracing::info!(
-                "capabilities kept: {}",
-                super::privileges::names(kept).join(", ")
-            ),
-            Err(e) => tracing::warn!("could not drop capabilities: {e}"),
-        }
+        let kept = super::privileges::keep_only(needs, user)?;
+        tracing::info!(
+            user = user.map(|u| u.name.as_str()),
+            "capabilities kept: {}",
+            super::privileges::names(kept).join(", ")
+        );
+        Ok(kept)
     }
 
     /// One sampling round: the rounds it completed (see [`Sampler::round`]), judged.

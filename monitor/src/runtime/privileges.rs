@@ -12,14 +12,22 @@
 //! before 23 does not know `BPF` and `PERFMON`). Everything else is dropped — effective,
 //! permitted, inheritable, ambient and bounding sets — and no-new-privileges is set.
 //!
+//! Optionally the agent also becomes another user (`--user`): it keeps the capabilities above
+//! across the switch (`PR_SET_KEEPCAPS`), takes that user's groups, and holds no uid 0 at all,
+//! so a file it opens afterwards is opened as that user (`CAP_DAC_READ_SEARCH` still reads).
+//!
 //! Capabilities belong to each thread, and the agent's threads are running by now (the HTTP
 //! and Docker runtimes, the watchdog). So the change is made in every thread, as glibc does
 //! for `setuid`: each is sent a real-time signal whose handler applies it to itself; then every
 //! thread's `/proc/self/task/<tid>/status` is checked, and one that missed it is asked again.
+//! Credentials too belong to each thread under the raw syscalls used here, so the same signal
+//! switches the user.
 use crate::caps::{
     TaskCaps, CAP_BPF, CAP_DAC_READ_SEARCH, CAP_PERFMON, CAP_SYS_ADMIN, CAP_SYS_PTRACE,
 };
+use std::ffi::CString;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// What the agent will still do that needs a capability.
@@ -45,6 +53,95 @@ pub enum PrivilegeError {
     },
     #[error("threads {0:?} still hold capabilities beyond the kept set after 2 s")]
     Threads(Vec<u32>),
+    #[error("user {0:?}: no such user in the password database")]
+    NoSuchUser(String),
+    #[error("user {name:?}: {source}")]
+    UserLookup {
+        name: String,
+        source: std::io::Error,
+    },
+    #[error("switching to user {0:?} twice in one process")]
+    SwitchedAlready(String),
+}
+
+/// A user to become: its ids and its groups, from the password and group databases.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub name: String,
+    pub uid: libc::uid_t,
+    pub gid: libc::gid_t,
+    /// Its supplementary groups (those of `/etc/group` that list it, and its primary group).
+    pub groups: Vec<libc::gid_t>,
+}
+
+impl Identity {
+    /// The user named `name`, or with the numeric uid `name`.
+    pub fn lookup(name: &str) -> Result<Self, PrivilegeError> {
+        let lookup_error = |source| PrivilegeError::UserLookup {
+            name: name.to_owned(),
+            source,
+        };
+        let c_name = CString::new(name)
+            .map_err(|_| lookup_error(std::io::Error::other("a NUL byte in the name")))?;
+        let mut buf = vec![0u8; 16 * 1024];
+        // SAFETY: a zeroed passwd is a valid out-parameter.
+        let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: every pointer is valid for the call; `buf` outlives the reads of `pw` below.
+        let rc = match name.parse::<libc::uid_t>() {
+            Ok(uid) => unsafe {
+                libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut found)
+            },
+            Err(_) => unsafe {
+                libc::getpwnam_r(
+                    c_name.as_ptr(),
+                    &mut pw,
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    &mut found,
+                )
+            },
+        };
+        if rc != 0 {
+            return Err(lookup_error(std::io::Error::from_raw_os_error(rc)));
+        }
+        if found.is_null() {
+            return Err(PrivilegeError::NoSuchUser(name.to_owned()));
+        }
+        // SAFETY: getpwnam_r/getpwuid_r filled `pw`; `pw_name` points into `buf`.
+        let (uid, gid, user) = unsafe {
+            (
+                pw.pw_uid,
+                pw.pw_gid,
+                CString::from(std::ffi::CStr::from_ptr(pw.pw_name)),
+            )
+        };
+        Ok(Self {
+            name: name.to_owned(),
+            uid,
+            gid,
+            groups: group_list(&user, gid).map_err(lookup_error)?,
+        })
+    }
+}
+
+/// The groups of `user` (primary group `gid` included).
+fn group_list(user: &CString, gid: libc::gid_t) -> std::io::Result<Vec<libc::gid_t>> {
+    let mut groups: Vec<libc::gid_t> = vec![0; 64];
+    loop {
+        let mut n = groups.len() as libc::c_int;
+        // SAFETY: `groups` holds `n` entries; getgrouplist writes at most that many and sets `n`
+        // to the count it needs when they do not fit.
+        let rc = unsafe { libc::getgrouplist(user.as_ptr(), gid, groups.as_mut_ptr(), &mut n) };
+        if rc >= 0 {
+            groups.truncate(n.max(0) as usize);
+            return Ok(groups);
+        }
+        if n as usize <= groups.len() || groups.len() >= 1 << 16 {
+            return Err(std::io::Error::other("getgrouplist failed"));
+        }
+        groups.resize(n as usize, 0);
+    }
 }
 
 /// Names of the capabilities in `mask`.
@@ -83,8 +180,9 @@ pub fn kept_set(permitted: u64, needs: Needs) -> u64 {
     want & permitted
 }
 
-/// Drops every capability but those `needs` calls for, in every thread; returns the kept set.
-pub fn keep_only(needs: Needs) -> Result<u64, PrivilegeError> {
+/// Drops every capability but those `needs` calls for, in every thread, and becomes `user`
+/// there when one is given; returns the kept set.
+pub fn keep_only(needs: Needs, user: Option<&Identity>) -> Result<u64, PrivilegeError> {
     let permitted = TaskCaps::own()
         .map_err(|source| PrivilegeError::Read {
             path: "/proc/self/status".into(),
@@ -98,18 +196,24 @@ pub fn keep_only(needs: Needs) -> Result<u64, PrivilegeError> {
         .unwrap_or(40);
     KEEP.store(kept, Ordering::SeqCst);
     LAST_CAP.store(last_cap, Ordering::SeqCst);
+    if let Some(user) = user {
+        if SWITCH_TO.set(user.clone()).is_err() {
+            return Err(PrivilegeError::SwitchedAlready(user.name.clone()));
+        }
+    }
     install_handler()?;
     let deadline = Instant::now() + Duration::from_secs(2);
     let me = gettid();
     loop {
         // This thread first: it is the one that may not be interrupted.
-        if apply_here() != 0 {
+        let step = apply_here();
+        if step != 0 {
             return Err(PrivilegeError::Syscall {
-                what: "capset",
+                what: STEPS[step as usize - 1],
                 source: std::io::Error::last_os_error(),
             });
         }
-        let behind = threads_holding_more(kept)?;
+        let behind = threads_holding_more(kept, user)?;
         if behind.is_empty() {
             return Ok(kept);
         }
@@ -133,6 +237,17 @@ pub fn keep_only(needs: Needs) -> Result<u64, PrivilegeError> {
 
 static KEEP: AtomicU64 = AtomicU64::new(0);
 static LAST_CAP: AtomicU32 = AtomicU32::new(40);
+/// The user to become, set once before any thread is asked (the handler only reads it).
+static SWITCH_TO: OnceLock<Identity> = OnceLock::new();
+/// What each failing step of [`apply_here`] (its number, from 1) was.
+const STEPS: [&str; 6] = [
+    "capset",
+    "prctl(PR_SET_NO_NEW_PRIVS)",
+    "prctl(PR_SET_KEEPCAPS)",
+    "setgroups",
+    "setresgid",
+    "setresuid",
+];
 
 fn signal() -> libc::c_int {
     // glibc keeps the first real-time signals for itself (SIGRTMIN is after them).
@@ -177,7 +292,8 @@ struct CapData {
 const CAP_V3: u32 = 0x2008_0522;
 
 /// Applies the kept set to the calling thread: bounding set (while CAP_SETPCAP is still
-/// effective), ambient set, then effective/permitted/inheritable, then no-new-privileges.
+/// effective), ambient set, the user (keeping the permitted set across it), then
+/// effective/permitted/inheritable, then no-new-privileges.
 /// Raw syscalls only: it runs in a signal handler. Returns 0 or the failing step's number.
 fn apply_here() -> i32 {
     let keep = KEEP.load(Ordering::SeqCst);
@@ -199,6 +315,10 @@ fn apply_here() -> i32 {
             0,
             0,
         );
+        let switched = switch_user_here();
+        if switched != 0 {
+            return switched;
+        }
         let mut header = CapHeader {
             version: CAP_V3,
             pid: 0,
@@ -225,6 +345,38 @@ fn apply_here() -> i32 {
     0
 }
 
+/// Becomes [`SWITCH_TO`] in the calling thread, unless there is none or it already is that
+/// user. Returns 0 or the failing step's number. Raw syscalls only (a signal handler), which
+/// change the calling thread alone.
+fn switch_user_here() -> i32 {
+    let Some(user) = SWITCH_TO.get() else {
+        return 0;
+    };
+    // SAFETY: raw credential syscalls on the calling thread, with valid arguments; `groups`
+    // lives in a static that outlives the call.
+    unsafe {
+        // The uid changes last, so a thread already at it has switched completely.
+        if libc::syscall(libc::SYS_getuid) as libc::uid_t == user.uid
+            && libc::syscall(libc::SYS_geteuid) as libc::uid_t == user.uid
+        {
+            return 0;
+        }
+        if libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0 {
+            return 3;
+        }
+        if libc::syscall(libc::SYS_setgroups, user.groups.len(), user.groups.as_ptr()) != 0 {
+            return 4;
+        }
+        if libc::syscall(libc::SYS_setresgid, user.gid, user.gid, user.gid) != 0 {
+            return 5;
+        }
+        if libc::syscall(libc::SYS_setresuid, user.uid, user.uid, user.uid) != 0 {
+            return 6;
+        }
+    }
+    0
+}
+
 fn gettid() -> u32 {
     // SAFETY: no preconditions.
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
@@ -237,9 +389,9 @@ fn read(path: &str) -> Result<String, PrivilegeError> {
     })
 }
 
-/// Threads whose effective or permitted set holds more than `kept`, or without
-/// no-new-privileges.
-fn threads_holding_more(kept: u64) -> Result<Vec<u32>, PrivilegeError> {
+/// Threads whose effective or permitted set holds more than `kept`, without no-new-privileges,
+/// or (with a `user`) with any other uid or gid.
+fn threads_holding_more(kept: u64, user: Option<&Identity>) -> Result<Vec<u32>, PrivilegeError> {
     let tasks = procfs::process::Process::myself()
         .and_then(|p| p.tasks())
         .map_err(|e| PrivilegeError::Read {
@@ -254,7 +406,11 @@ fn threads_holding_more(kept: u64) -> Result<Vec<u32>, PrivilegeError> {
         };
         let caps = TaskCaps::of(&status);
         let over = |set: u64| set & !kept != 0;
-        if over(caps.effective) || over(caps.permitted) || !caps.no_new_privs {
+        let other_user = user.is_some_and(|u| {
+            [status.ruid, status.euid, status.suid, status.fuid] != [u.uid; 4]
+                || [status.rgid, status.egid, status.sgid, status.fgid] != [u.gid; 4]
+        });
+        if over(caps.effective) || over(caps.permitted) || !caps.no_new_privs || other_user {
             behind.push(task.tid as u32);
         }
     }
@@ -301,5 +457,19 @@ mod tests {
                 "CAP_BPF"
             ]
         );
+    }
+
+    #[test]
+    fn looks_a_user_up_by_name_or_uid() {
+        let root = Identity::lookup("root").unwrap();
+        assert_eq!((root.uid, root.gid), (0, 0));
+        assert!(root.groups.contains(&0), "{root:?}");
+        let by_uid = Identity::lookup("0").unwrap();
+        assert_eq!((by_uid.uid, by_uid.gid, by_uid.groups), (0, 0, root.groups));
+        let e = Identity::lookup("no-such-user-gpuwatch").unwrap_err();
+        assert!(matches!(e, PrivilegeError::NoSuchUser(_)), "{e}");
+        assert!(e.to_string().contains("no-such-user-gpuwatch"), "{e}");
+        let e = Identity::lookup("a\0b").unwrap_err();
+        assert!(e.to_string().contains("NUL"), "{e}");
     }
 }
