@@ -561,27 +561,34 @@ fn a_hung_nvml_call_turns_health_false_and_does_not_block_shutdown() {
     assert!(text.contains("stopping without"), "{text}");
 }
 
-/// Every thread of `pid`: (name, CapEff, CapPrm, NoNewPrivs).
-fn thread_privileges(pid: u32) -> Vec<(String, u64, u64, bool)> {
-    let field = |status: &str, name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .map(|v| v.trim().to_owned())
-            .unwrap_or_default()
-    };
+/// Every thread of `pid`: the named fields of its `status`, each with its whitespace made one
+/// space ("" where the field is missing).
+fn thread_status(pid: u32, names: &[&str]) -> Vec<Vec<String>> {
     std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
         .flatten()
         .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
         .map(|s| {
-            let hex = |n| u64::from_str_radix(&field(&s, n), 16).unwrap();
-            (
-                field(&s, "Name:"),
-                hex("CapEff:"),
-                hex("CapPrm:"),
-                field(&s, "NoNewPrivs:") == "1",
-            )
+            names
+                .iter()
+                .map(|name| {
+                    s.lines()
+                        .find_map(|l| l.strip_prefix(name))
+                        .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+                        .unwrap_or_default()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Every thread of `pid`: (name, CapEff, CapPrm, NoNewPrivs).
+fn thread_privileges(pid: u32) -> Vec<(String, u64, u64, bool)> {
+    thread_status(pid, &["Name:", "CapEff:", "CapPrm:", "NoNewPrivs:"])
+        .into_iter()
+        .map(|f| {
+            let hex = |v: &str| u64::from_str_radix(v, 16).unwrap();
+            (f[0].clone(), hex(&f[1]), hex(&f[2]), f[3] == "1")
         })
         .collect()
 }
@@ -654,27 +661,12 @@ fn serve_becomes_the_user_it_is_given_and_keeps_sampling() {
     .unwrap();
     let (agent, url) = serve_via(&[], &scenario, &["--user", "nobody"]);
     wait_for_metrics(&url, |m| m.contains("gpuwatch_up{source=\"ebpf\"} 1"));
-    let ids = |pid: u32| -> Vec<(String, String, String)> {
-        std::fs::read_dir(format!("/proc/{pid}/task"))
-            .unwrap()
-            .flatten()
-            .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
-            .map(|s| {
-                let field = |name: &str| {
-                    s.lines()
-                        .find_map(|l| l.strip_prefix(name))
-                        .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
-                        .unwrap_or_default()
-                };
-                (field("Name:"), field("Uid:"), field("Gid:"))
-            })
-            .collect()
-    };
+    let ids = |pid: u32| thread_status(pid, &["Name:", "Uid:", "Gid:"]);
     // The switch happens once the sources are open, right after the first metrics can show.
     let started = Instant::now();
-    let all_nobody = |t: &[(String, String, String)]| {
+    let all_nobody = |t: &[Vec<String>]| {
         t.iter()
-            .all(|(_, u, g)| *u == [NOBODY; 4].join(" ") && *g == [NOBODY; 4].join(" "))
+            .all(|f| f[1] == [NOBODY; 4].join(" ") && f[2] == [NOBODY; 4].join(" "))
     };
     while !all_nobody(&ids(agent.0.id())) {
         assert!(
