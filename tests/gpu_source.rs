@@ -45,6 +45,7 @@ fn process_lists_are_read_again_whenever_they_may_have_changed() {
     std::env::set_var("FAKE_NVML_SCENARIO", &scenario);
     let config = GpuSourceConfig {
         lib_path: Some(fake_lib()),
+        ..GpuSourceConfig::default()
     };
     let mut gpu = GpuSource::open(&config, Arc::new(EventCounters::default())).unwrap();
 
@@ -117,6 +118,7 @@ fn the_sampler_relists_a_gpu_whose_listed_process_is_gone() {
     let config = SamplerConfig {
         gpu: Some(GpuSourceConfig {
             lib_path: Some(fake_lib()),
+            ..GpuSourceConfig::default()
         }),
         probes: false,
         ..SamplerConfig::default()

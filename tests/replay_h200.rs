@@ -145,6 +145,7 @@ fn the_agent_replays_each_phase_at_its_own_cadence() {
     let config = SamplerConfig {
         gpu: Some(GpuSourceConfig {
             lib_path: Some(fake_lib()),
+            ..GpuSourceConfig::default()
         }),
         probes: false,
         ..SamplerConfig::default()

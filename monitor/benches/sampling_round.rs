@@ -71,6 +71,7 @@ fn bench(c: &mut Criterion) {
     std::env::set_var("FAKE_NVML_SCENARIO", &scenario);
     let gpu_config = GpuSourceConfig {
         lib_path: Some(fake_lib()),
+        ..GpuSourceConfig::default()
     };
 
     let mut group = c.benchmark_group(format!("{GPUS}gpus_x_{PROCESSES}procs"));

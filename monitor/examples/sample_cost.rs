@@ -86,7 +86,10 @@ fn main() -> anyhow::Result<()> {
         return per_call(lib, rounds, interval_ms);
     }
     let interval = Duration::from_millis(interval_ms);
-    let gpu_config = GpuSourceConfig { lib_path: lib };
+    let gpu_config = GpuSourceConfig {
+        lib_path: lib,
+        ..GpuSourceConfig::default()
+    };
 
     let mut gpu = GpuSource::open(&gpu_config, Arc::new(EventCounters::default()))?;
     let mut procs = 0;

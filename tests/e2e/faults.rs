@@ -264,3 +264,89 @@ fn nvml_that_failed_at_start_is_picked_up_once_it_answers() {
         "{stderr}"
     );
 }
+
+/// A GPU bound to the driver after the agent opened NVML (NVML enumerates only at open): the
+/// driver's list shows it, the agent completes what it had, opens NVML again, and reports both
+/// GPUs from then on, with no round lost.
+#[test]
+fn a_gpu_bound_after_start_is_picked_up_without_a_restart() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    let gpu = |uuid: &str| json!({"uuid": uuid, "processes": []});
+    std::fs::write(
+        &scenario,
+        json!({"devices": [gpu("GPU-first")]}).to_string(),
+    )
+    .unwrap();
+    let list = dir.path().join("driver-gpus");
+    std::fs::create_dir_all(list.join("0000:18:00.0")).unwrap();
+    let config = dir.path().join("gpuwatch.yaml");
+    std::fs::write(
+        &config,
+        format!("sources:\n  nvml_driver_list: {}\n", list.display()),
+    )
+    .unwrap();
+    let out = dir.path().join("rows.jsonl");
+    let child = gpuwatch_on(&scenario)
+        .arg("-c")
+        .arg(&config)
+        .args(["record", "--interval", "500ms", "--duration", "9s"])
+        .args([
+            "--no-docker",
+            "--no-ebpf",
+            "--log",
+            "info",
+            "--format",
+            "jsonl",
+            "-o",
+        ])
+        .arg(&out)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // The second GPU is bound: the driver has it, and lists it.
+    let tmp = dir.path().join("scenario.tmp");
+    std::fs::write(
+        &tmp,
+        json!({"devices": [gpu("GPU-first"), gpu("GPU-bound-later")]}).to_string(),
+    )
+    .unwrap();
+    std::fs::rename(&tmp, &scenario).unwrap();
+    std::fs::create_dir(list.join("0000:2a:00.0")).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let rows: Vec<serde_json::Value> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let uuids = |row: &serde_json::Value| -> Vec<String> {
+        row["gpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["uuid"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(uuids(&rows[0]), ["GPU-first"], "{stderr}");
+    assert_eq!(
+        uuids(rows.last().unwrap()),
+        ["GPU-first", "GPU-bound-later"],
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("the driver's GPUs changed (bound since: 0000:2a:00.0; gone since: none)")
+            && stderr.contains("GPU source up: 2 GPU(s)"),
+        "{stderr}"
+    );
+    // Every round is there: 9 s at 500 ms, each once, in order.
+    assert!(rows.len() >= 16, "{} rows: {stderr}", rows.len());
+    let taken: Vec<u64> = rows
+        .iter()
+        .map(|r| r["taken_at_unix_ms"].as_u64().unwrap())
+        .collect();
+    assert!(taken.windows(2).all(|w| w[0] < w[1]), "{taken:?}");
+}

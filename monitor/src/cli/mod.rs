@@ -246,6 +246,10 @@ impl SourceArgs {
             sampler: SamplerConfig {
                 gpu: src.nvml.then(|| GpuSourceConfig {
                     lib_path: src.nvml_lib.clone(),
+                    driver_list: src
+                        .nvml_driver_list
+                        .clone()
+                        .unwrap_or_else(|| src.proc_root.join("driver/nvidia/gpus")),
                 }),
                 probes: src.ebpf,
                 proc_root: src.proc_root.clone(),

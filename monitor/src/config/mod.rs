@@ -56,6 +56,9 @@ pub struct SourcesConfig {
     pub nvml: bool,
     /// The NVML library to load; default: `libnvidia-ml.so.1` from the loader path.
     pub nvml_lib: Option<PathBuf>,
+    /// Where the driver lists its GPUs, compared with NVML's to notice a GPU bound or unbound
+    /// after start; default: `driver/nvidia/gpus` under `proc_root`.
+    pub nvml_driver_list: Option<PathBuf>,
     pub docker: bool,
     pub docker_socket: PathBuf,
     pub ebpf: bool,
@@ -75,6 +78,7 @@ impl Default for SourcesConfig {
         Self {
             nvml: true,
             nvml_lib: None,
+            nvml_driver_list: None,
             docker: true,
             docker_socket: PathBuf::from("/var/run/docker.sock"),
             ebpf: true,

@@ -11,6 +11,7 @@ mod busy_split;
 mod cgroups;
 mod claims;
 mod container_config;
+mod gpu_open;
 pub mod io_tracing;
 mod namespaces;
 mod pending;
@@ -31,6 +32,7 @@ use crate::sources::gpu::{GpuSource, GpuSourceConfig};
 use attribution::{read_process, AttributionError, PidMap, PidSet, ProcessTable};
 use cgroups::{discover_docker_cgroups, membership_for_path, WorkloadCgroup};
 use container_config::ConfigReader;
+pub use gpu_open::{DRIVER_LIST_CHECK_EVERY, GPU_RETRY_FIRST, GPU_RETRY_MAX};
 use pending::{Completion, Fetched, PendingRound};
 use process_checks::ProcessChecks;
 use stalls::Stalls;
@@ -119,30 +121,8 @@ pub struct Sampler {
     events: Arc<EventCounters>,
     /// Which step a round is in, for the watchdog on another thread.
     heartbeat: Arc<Heartbeat>,
-    /// When NVML failed to open: the next try.
-    gpu_retry: Option<GpuRetry>,
-}
-
-/// The first retry of an NVML that failed to open comes after this; each failure doubles it,
-/// up to [`GPU_RETRY_MAX`]. A driver still loading at boot answers within seconds; one that
-/// is missing costs a failed `dlopen` every five minutes.
-pub const GPU_RETRY_FIRST: Duration = Duration::from_secs(2);
-pub const GPU_RETRY_MAX: Duration = Duration::from_secs(300);
-
-struct GpuRetry {
-    config: GpuSourceConfig,
-    delay: Duration,
-    next: Instant,
-}
-
-impl GpuRetry {
-    fn new(config: GpuSourceConfig) -> Self {
-        Self {
-            config,
-            delay: GPU_RETRY_FIRST,
-            next: Instant::now() + GPU_RETRY_FIRST,
-        }
-    }
+    /// Opens NVML, again when it failed or the driver's GPUs changed.
+    gpu_opener: gpu_open::GpuOpener,
 }
 
 fn now_unix_us() -> u64 {
@@ -174,18 +154,7 @@ impl Sampler {
         unsafe {
             libc::malloc_trim(0);
         }
-        let gpu = match &config.gpu {
-            None => Err("disabled".to_owned()),
-            Some(c) => GpuSource::open(c, events.clone()).map_err(|e| e.to_string()),
-        };
-        let mut gpu_retry = None;
-        if let (Err(e), Some(c)) = (&gpu, &config.gpu) {
-            tracing::warn!(
-                "GPU source unavailable: {e}; listing containers without GPU data, and trying \
-                 again in {GPU_RETRY_FIRST:?}"
-            );
-            gpu_retry = Some(GpuRetry::new(c.clone()));
-        }
+        let (gpu_opener, gpu) = gpu_open::GpuOpener::open(config.gpu.as_ref(), events.clone());
         let host = HostInfo {
             hostname: read_trimmed("/proc/sys/kernel/hostname"),
             kernel: read_trimmed("/proc/sys/kernel/osrelease"),
@@ -219,35 +188,31 @@ impl Sampler {
             last_fetch: None,
             events,
             heartbeat: Arc::default(),
-            gpu_retry,
+            gpu_opener,
         }
     }
 
-    /// Opens NVML again when it failed and the back-off says so (a driver that was still
-    /// loading, a library installed after the agent started).
-    fn retry_gpu(&mut self) {
-        let Some(r) = self.gpu_retry.as_mut().filter(|r| Instant::now() >= r.next) else {
-            return;
+    /// Opens NVML again when it failed and the back-off says so, or when the driver lists
+    /// other GPUs than NVML was opened on. Before a re-open the pending rounds are completed
+    /// on the old source (a GPU bound in front of the others renumbers them). Returns those.
+    fn tend_gpu(&mut self) -> Vec<Snapshot> {
+        self.heartbeat.enter(Step::NvmlReadings);
+        let done = match self.gpu_opener.due(&self.gpu) {
+            gpu_open::Due::Nothing => return Vec::new(),
+            gpu_open::Due::Retry => Vec::new(),
+            gpu_open::Due::Reopen(change) => {
+                tracing::warn!("the driver's GPUs changed ({change}): opening NVML again");
+                self.flush()
+            }
         };
-        match GpuSource::open(&r.config, self.events.clone()) {
-            Ok(g) => {
-                tracing::info!("GPU source up: {} GPU(s)", g.device_count());
-                self.host.nvml_driver_version = g.driver_version.clone();
-                self.gpu = Ok(g);
-                self.gpu_retry = None;
-            }
-            Err(e) => {
-                r.delay = (r.delay * 2).min(GPU_RETRY_MAX);
-                r.next = Instant::now() + r.delay;
-                let text = e.to_string();
-                if self.gpu.as_ref().err() != Some(&text) {
-                    self.events.emit(InternalEvent::NvmlCallFailed, &text);
-                    self.gpu = Err(text);
-                } else {
-                    self.events.add(InternalEvent::NvmlCallFailed, 1);
-                }
-            }
+        if self.gpu_opener.reopen(&mut self.gpu) {
+            self.host.nvml_driver_version = self
+                .gpu
+                .as_ref()
+                .ok()
+                .and_then(|g| g.driver_version.clone());
         }
+        done
     }
 
     /// The marks of the round in progress, for a watchdog: which step, since when.
@@ -263,6 +228,7 @@ impl Sampler {
     /// Takes a round. Returns the rounds now complete, oldest first: usually none between
     /// series fetches, then those the fetch covers (the first round at once: it has no window).
     pub fn round(&mut self) -> Vec<Snapshot> {
+        let mut done = self.tend_gpu();
         let p = self.take_round();
         self.pending.push_back(p);
         let due = self
@@ -271,7 +237,8 @@ impl Sampler {
         if due {
             self.fetch();
         }
-        self.complete(false)
+        done.extend(self.complete(false));
+        done
     }
 
     /// Fetches the series now and completes every pending round, waiting up to one sample
@@ -375,7 +342,6 @@ impl Sampler {
         let window_us = self.previous_at.map(|(_, a)| (a, now_us));
 
         self.heartbeat.enter(Step::NvmlReadings);
-        self.retry_gpu();
         let nvml_started = Instant::now();
         let (readings, nvml_query_seconds) = match &mut self.gpu {
             Ok(g) => (g.collect(), Some(nvml_started.elapsed().as_secs_f64())),

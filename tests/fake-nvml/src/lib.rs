@@ -18,6 +18,7 @@ use nvml_wrapper_sys::bindings::*;
 use scenario::{Kind, Scenario};
 use std::ffi::{c_char, c_uint, c_ulonglong, CStr};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -143,8 +144,20 @@ fn pay(func: &str) {
     }
 }
 
+/// `nvmlInit*` calls not yet matched by `nvmlShutdown`. As measured on the H200
+/// (tests/gpu/nvml_rediscovery.py, 2026-12-03): between the last shutdown and the next init
+/// every call answers UNINITIALIZED, and the process holds none of the driver's device files.
+static INITS: AtomicU32 = AtomicU32::new(0);
+
+fn initialised() -> bool {
+    INITS.load(Ordering::SeqCst) > 0
+}
+
 /// Runs a function with no device argument.
 fn global(func: &str, f: impl FnOnce(&Scenario) -> nvmlReturn_t) -> nvmlReturn_t {
+    if !initialised() {
+        return nvmlReturn_enum_NVML_ERROR_UNINITIALIZED;
+    }
     pay(func);
     with_scenario(|s| match s.errors.get(func) {
         Some(e) => error_code(e),
@@ -158,6 +171,9 @@ fn device(
     handle: nvmlDevice_t,
     f: impl FnOnce(&scenario::Device) -> nvmlReturn_t,
 ) -> nvmlReturn_t {
+    if !initialised() {
+        return nvmlReturn_enum_NVML_ERROR_UNINITIALIZED;
+    }
     pay(func);
     with_scenario(|s| {
         let Some(d) = (handle as usize)
@@ -207,6 +223,7 @@ unsafe fn put<T>(dst: *mut T, v: T) -> nvmlReturn_t {
 pub extern "C" fn nvmlInit_v2() -> nvmlReturn_t {
     let r = with_scenario(|s| s.init_error.as_deref().map_or(OK, error_code));
     if r == OK {
+        INITS.fetch_add(1, Ordering::SeqCst);
         driver::start();
     }
     r
@@ -219,6 +236,9 @@ pub extern "C" fn nvmlInitWithFlags(_flags: c_uint) -> nvmlReturn_t {
 
 #[no_mangle]
 pub extern "C" fn nvmlShutdown() -> nvmlReturn_t {
+    // Counted, as NVML documents: only the last shutdown closes it; more shutdowns than inits
+    // are no error.
+    let _ = INITS.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
     OK
 }
 
@@ -229,6 +249,7 @@ pub extern "C" fn nvmlErrorString(result: nvmlReturn_t) -> *const c_char {
         nvmlReturn_enum_NVML_ERROR_NOT_FOUND => c"Not Found",
         nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST => c"GPU is lost",
         nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED => c"Not Supported",
+        nvmlReturn_enum_NVML_ERROR_UNINITIALIZED => c"Uninitialized",
         _ => c"Unknown Error",
     };
     s.as_ptr()

@@ -119,6 +119,30 @@ fn the_fake_answers_like_the_measured_driver() {
         );
         assert_eq!(util.gpu, 60);
         assert_eq!(slow.join().unwrap(), nvmlReturn_enum_NVML_SUCCESS);
+
+        // Initialisations are counted: calls answer until the last shutdown, then
+        // UNINITIALIZED until the next init, which finds the same GPUs.
+        let mut n = 0u32;
+        assert_eq!(nvmlInit_v2(), nvmlReturn_enum_NVML_SUCCESS);
+        assert_eq!(nvmlShutdown(), nvmlReturn_enum_NVML_SUCCESS);
+        assert_eq!(nvmlDeviceGetCount_v2(&mut n), nvmlReturn_enum_NVML_SUCCESS);
+        assert_eq!(nvmlShutdown(), nvmlReturn_enum_NVML_SUCCESS);
+        assert_eq!(
+            nvmlDeviceGetCount_v2(&mut n),
+            nvmlReturn_enum_NVML_ERROR_UNINITIALIZED
+        );
+        assert_eq!(
+            nvmlDeviceGetUtilizationRates(handle(0), &mut util),
+            nvmlReturn_enum_NVML_ERROR_UNINITIALIZED
+        );
+        assert_eq!(
+            nvmlShutdown(),
+            nvmlReturn_enum_NVML_SUCCESS,
+            "one too many: no error"
+        );
+        assert_eq!(nvmlInit_v2(), nvmlReturn_enum_NVML_SUCCESS);
+        assert_eq!(nvmlDeviceGetCount_v2(&mut n), nvmlReturn_enum_NVML_SUCCESS);
+        assert_eq!(n, 2);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

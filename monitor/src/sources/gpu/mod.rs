@@ -11,6 +11,7 @@
 //!   (`GetProcessUtilization`, ~2 ms). A GPU held by one workload needs no per-process call.
 //!
 //! Static facts (UUID, name) are read once per device; list calls reuse their buffers.
+pub mod driver_list;
 mod gpm;
 mod raw;
 pub mod series;
@@ -18,6 +19,7 @@ pub mod xid;
 
 use crate::events::{EventCounters, InternalEvent};
 use crate::model::{DeviceReading, GpmState, ProcessKind, ProcessReading, SmActivity};
+use driver_list::ListChange;
 use gpm::Gpm;
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError, TemperatureSensor};
@@ -27,16 +29,31 @@ use nvml_wrapper_sys::bindings::{
     nvmlDevice_t, nvmlProcessInfo_t, nvmlProcessUtilizationSample_t, nvmlSample_t,
 };
 use series::{UtilSeries, WindowBusy};
-use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use xid::XidWatch;
 
 /// Configuration of the GPU source.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct GpuSourceConfig {
     /// The NVML library to load; `None` loads `libnvidia-ml.so` from the loader's search path.
     pub lib_path: Option<PathBuf>,
+    /// The driver's list of its GPUs ([`driver_list`]), compared with the one at open to tell
+    /// when NVML must be opened again.
+    pub driver_list: PathBuf,
+}
+
+/// Where the driver lists its GPUs.
+pub const DRIVER_LIST: &str = "/proc/driver/nvidia/gpus";
+
+impl Default for GpuSourceConfig {
+    fn default() -> Self {
+        Self {
+            lib_path: None,
+            driver_list: PathBuf::from(DRIVER_LIST),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -143,6 +160,8 @@ pub struct GpuSource {
     pub driver_version: Option<String>,
     /// Xid events of every device that can report them; `None` when NVML cannot.
     xid: Option<XidWatch>,
+    /// The driver's list of GPUs as it was when NVML was opened (`None`: unreadable then).
+    driver_list: (PathBuf, Option<BTreeSet<String>>),
 }
 
 impl Drop for GpuSource {
@@ -170,6 +189,8 @@ impl GpuSource {
         if let Some(path) = &config.lib_path {
             builder.lib_path(path.as_os_str());
         }
+        // Read before NVML enumerates: a GPU bound in between is then a change, seen later.
+        let driver_list = read_driver_list(&config.driver_list);
         let lib = config
             .lib_path
             .as_ref()
@@ -217,11 +238,21 @@ impl GpuSource {
             events,
             driver_version,
             xid,
+            driver_list: (config.driver_list.clone(), driver_list),
         })
     }
 
     pub fn device_count(&self) -> usize {
         self.devices.len()
+    }
+
+    /// How the driver's list of GPUs differs from the one NVML was opened on; `None` when it
+    /// is the same, or cannot be read now (a list that could not be read at open and can now
+    /// is a change: NVML may have missed GPUs).
+    pub fn driver_list_change(&self) -> Option<ListChange> {
+        let (dir, then) = &self.driver_list;
+        let now = read_driver_list(dir)?;
+        ListChange::between(then.as_ref().unwrap_or(&BTreeSet::new()), &now)
     }
 
     /// Makes the next round read GPU `index`'s process lists from the driver: a process it
@@ -382,6 +413,12 @@ impl GpuSource {
         }
         out
     }
+}
+
+fn read_driver_list(dir: &Path) -> Option<BTreeSet<String>> {
+    driver_list::read(dir)
+        .inspect_err(|e| tracing::debug!("reading {}: {e}", dir.display()))
+        .ok()
 }
 
 /// Registers every reachable device for Xid events; NOT_SUPPORTED (some GPUs, vGPUs) is not a
