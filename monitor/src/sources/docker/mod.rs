@@ -51,6 +51,16 @@ impl Default for DockerSourceConfig {
     }
 }
 
+impl DockerSourceConfig {
+    /// The socket's file, without a `unix://` prefix.
+    pub fn socket_path(&self) -> &std::path::Path {
+        self.socket
+            .to_str()
+            .and_then(|s| s.strip_prefix("unix://"))
+            .map_or(&self.socket, std::path::Path::new)
+    }
+}
+
 /// The source's health, as shown in snapshots.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DockerStatus {
@@ -152,6 +162,22 @@ impl DockerCache {
     }
 }
 
+/// An error and its causes, each once: the client's own text ("client error (Connect)") says
+/// nothing of why; the cause beneath it does ("Permission denied (os error 13)").
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let t = c.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        cause = c.source();
+    }
+    text
+}
+
 /// Runs the Docker source until `shutdown` turns true.
 pub async fn run(
     config: DockerSourceConfig,
@@ -164,7 +190,7 @@ pub async fn run(
         match connect_and_follow(&config, &cache, &events, &mut shutdown).await {
             Ok(()) => return, // shutdown requested
             Err(e) => {
-                let text = e.to_string();
+                let text = with_causes(&e);
                 let status = cache.status();
                 let was_up = status.up;
                 if was_up {
@@ -366,7 +392,7 @@ async fn inspect_outcome(
         Ok(Some(info)) => InspectOutcome::Running(Box::new(info)),
         Ok(None) => InspectOutcome::NotRunning,
         Err(e) => {
-            let text = format!("inspecting {id}: {e}");
+            let text = format!("inspecting {id}: {}", with_causes(&e));
             if before == Some(text.as_str()) {
                 events.add(InternalEvent::DockerRequestFailed, 1);
             } else {
@@ -529,6 +555,26 @@ pub fn container_info(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_error_says_why_beneath_the_client_text() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("client error (Connect)")]
+        struct Client(#[source] std::io::Error);
+        let e = Client(std::io::Error::from_raw_os_error(libc::EACCES));
+        assert_eq!(
+            with_causes(&e),
+            "client error (Connect): Permission denied (os error 13)"
+        );
+        let config = DockerSourceConfig {
+            socket: "unix:///run/docker.sock".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            config.socket_path(),
+            std::path::Path::new("/run/docker.sock")
+        );
+    }
     use bollard::models::{ContainerConfig, ContainerState, DeviceRequest, HostConfig};
 
     fn response(running: bool, requests: Vec<DeviceRequest>) -> ContainerInspectResponse {
