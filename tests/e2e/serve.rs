@@ -659,7 +659,8 @@ fn serve_becomes_the_user_it_is_given_and_keeps_sampling() {
         json!({"devices": [{"uuid": "GPU-user"}]}).to_string(),
     )
     .unwrap();
-    let (agent, url) = serve_via(&[], &scenario, &["--user", "nobody"]);
+    // Without Docker: nobody may not connect to its socket (the test below).
+    let (agent, url) = serve_via(&[], &scenario, &["--user", "nobody", "--no-docker"]);
     wait_for_metrics(&url, |m| m.contains("gpuwatch_up{source=\"ebpf\"} 1"));
     let ids = |pid: u32| thread_status(pid, &["Name:", "Uid:", "Gid:"]);
     // The switch happens once the sources are open, right after the first metrics can show.
@@ -715,6 +716,48 @@ fn serve_becomes_the_user_it_is_given_and_keeps_sampling() {
         err.contains("--user") && err.contains("no-such-user-gpuwatch"),
         "{err}"
     );
+}
+
+/// `--user` for a user that may not connect to the Docker socket (root's, mode 0660, as
+/// Docker's is root:docker) is refused before anything starts, naming the socket and the fix:
+/// after the switch every new connection to the daemon would fail.
+#[test]
+fn serve_refuses_a_user_that_could_not_reach_docker() {
+    use std::os::unix::fs::PermissionsExt;
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let socket = dir.path().join("docker.sock");
+    let _daemon = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o660)).unwrap();
+    let serve_as_nobody = || {
+        std::process::Command::new(support::gpuwatch_bin())
+            .args(["serve", "--web.listen-address", "127.0.0.1:0", "--no-ebpf"])
+            .args(["--no-nvml", "--user", "nobody", "--duration", "1s"])
+            .arg("--docker-socket")
+            .arg(&socket)
+            .output()
+            .unwrap()
+    };
+    let out = serve_as_nobody();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("--user nobody: that user may not connect to the Docker socket")
+            && err.contains(&socket.display().to_string())
+            && err.contains("--no-docker"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("listening on"),
+        "refused before serving: {err}"
+    );
+    // Where the socket lets every user in, the same command starts.
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = serve_as_nobody();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("may not connect"), "{err}");
+    assert!(err.contains("listening on"), "{err}");
 }
 
 /// `/metrics` once `ready` accepts it (within 30 s).

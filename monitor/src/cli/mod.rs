@@ -14,6 +14,7 @@ use doctor::DoctorArgs;
 use gpuwatch::analysis::AnalysisConfig;
 use gpuwatch::config::Config;
 use gpuwatch::runtime::privileges::Identity;
+use gpuwatch::runtime::socket_access::{try_connect_as, SocketAccess};
 use gpuwatch::runtime::{Agent, AgentConfig};
 use gpuwatch::sampler::SamplerConfig;
 use gpuwatch::sources::docker::DockerSourceConfig;
@@ -160,13 +161,27 @@ pub(crate) struct PrivilegeArgs {
 }
 
 impl PrivilegeArgs {
-    /// The `--user` to become, looked up before anything starts.
-    pub(crate) fn identity(&self) -> Result<Option<Identity>> {
-        self.user
-            .as_deref()
-            .map(Identity::lookup)
-            .transpose()
-            .context("--user")
+    /// The `--user` to become, looked up before anything starts; refused when it could not
+    /// connect to the Docker socket the agent is to use (every new connection after the switch
+    /// is made as that user).
+    pub(crate) fn identity(&self, agent: &AgentConfig) -> Result<Option<Identity>> {
+        let Some(name) = self.user.as_deref() else {
+            return Ok(None);
+        };
+        let user = Identity::lookup(name).context("--user")?;
+        if let Some(docker) = &agent.docker {
+            let socket = docker.socket_path();
+            match try_connect_as(&user, socket).context("--user")? {
+                SocketAccess::Connected | SocketAccess::Other(_) => {}
+                SocketAccess::Denied => anyhow::bail!(
+                    "--user {name}: that user may not connect to the Docker socket {} (see \
+                     `ls -l` of it): add {name} to the socket's group (usually `docker`), or \
+                     pass --no-docker",
+                    socket.display()
+                ),
+            }
+        }
+        Ok(Some(user))
     }
 
     /// Drops what the started agent no longer uses, unless told to keep it, and becomes

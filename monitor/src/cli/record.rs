@@ -44,7 +44,8 @@ pub(crate) fn record(args: &RecordArgs, config: &Config) -> Result<()> {
     use std::io::IsTerminal;
     use std::sync::atomic::Ordering;
     let interval = args.run.interval(config)?;
-    let user = args.privileges.identity()?;
+    let agent_config = args.sources.agent_config(config);
+    let user = args.privileges.identity(&agent_config)?;
     let stop = stop_on_signals()?;
     let to_stdout = args.output.as_os_str() == "-";
     let name = if to_stdout {
@@ -60,8 +61,8 @@ pub(crate) fn record(args: &RecordArgs, config: &Config) -> Result<()> {
     let out = std::io::BufWriter::new(sink);
     let progress = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
 
-    let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
-        .context("starting the agent")?;
+    let mut agent =
+        Agent::start(&agent_config, Duration::from_secs(3)).context("starting the agent")?;
     args.privileges.apply(&agent, user.as_ref())?;
     // The config's alert rules run over the recording; their transitions are recorded too
     // (CSV `alert` rows), for `gpuwatch report`. Nothing is notified.

@@ -31,7 +31,8 @@ pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
     use std::collections::BTreeMap;
     use std::sync::{Arc, RwLock};
     let interval = args.run.interval(config)?;
-    let user = args.privileges.identity()?;
+    let agent_config = args.sources.agent_config(config);
+    let user = args.privileges.identity(&agent_config)?;
     let files = gpuwatch::serve::raise_file_limit();
     tracing::info!(
         "open-file limit {files}: serving up to {} connections at once",
@@ -90,8 +91,8 @@ pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
     ));
 
     let stop = stop_on_signals()?;
-    let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
-        .context("starting the agent")?;
+    let mut agent =
+        Agent::start(&agent_config, Duration::from_secs(3)).context("starting the agent")?;
     args.privileges.apply(&agent, user.as_ref())?;
     let _ = site.heartbeat.set(agent.sampler.heartbeat());
     let mut xid_totals: BTreeMap<u32, u64> = BTreeMap::new();

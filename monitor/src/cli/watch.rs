@@ -25,10 +25,11 @@ pub(crate) struct WatchArgs {
 pub(crate) fn watch(args: &WatchArgs, config: &Config) -> Result<()> {
     use gpuwatch::notify::Notification;
     let interval = args.run.interval(config)?;
-    let user = args.privileges.identity()?;
+    let agent_config = args.sources.agent_config(config);
+    let user = args.privileges.identity(&agent_config)?;
     let stop = stop_on_signals()?;
-    let mut agent = Agent::start(&args.sources.agent_config(config), Duration::from_secs(3))
-        .context("starting the agent")?;
+    let mut agent =
+        Agent::start(&agent_config, Duration::from_secs(3)).context("starting the agent")?;
     args.privileges.apply(&agent, user.as_ref())?;
     let mut stdout = std::io::stdout().lock();
     let mut said = false;

@@ -4,6 +4,7 @@ pub mod agent;
 pub mod daemon;
 pub mod privileges;
 mod rounds;
+pub mod socket_access;
 
 pub use agent::{Agent, AgentConfig};
 pub use rounds::{rounds, Schedule};
