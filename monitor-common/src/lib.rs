@@ -11,7 +11,7 @@ pub mod sched;
 pub mod threads;
 
 pub use block::{RequestKey, RequestStart};
-pub use reads::{PendingReads, FLUSH_PENDING_READS};
+pub use reads::{read_clock, PendingReads, FLUSH_PENDING_READS, READ_SAMPLE_WEIGHT, READ_UNTIMED};
 pub use sched::{
     thread_state, PendingTimes, TaskTimes, FLUSH_PENDING_NS, FLUSH_PENDING_SWITCHES, TASK_EXITING,
     TASK_REPORT_MASK, TASK_UNINTERRUPTIBLE,

@@ -30,8 +30,10 @@ pub struct ThreadState {
     pub run_delay_ns: u64,
     pub cgroup_id: u64,
     pub tgid: u32,
-    pub pad: u32,
-    /// Start of the read-family syscall in flight; 0 when none.
+    /// The clock of `read_start_ns`: one of the [`read_clock`](crate::reads::read_clock)
+    /// constants.
+    pub read_clock: u32,
+    /// Start of the read-family syscall in flight, moved here at its switch-out; 0 when none.
     pub read_start_ns: u64,
     /// Charged since the last flush.
     pub pending: PendingTimes,
@@ -53,10 +55,14 @@ pub struct CpuCurrent {
     /// For `UNWATCHED`: the value of `WATCH_GENERATION` when the cgroup was checked. Userspace
     /// bumps it after adding cgroups to the watch list, so a stale "unwatched" is checked again.
     pub generation: u32,
-    pub pad: u32,
-    /// Start of the tracked thread's read in flight, 0 when none: `sys_enter_read` writes it
-    /// here, with no lookup of the thread's entry; a switch-out in the middle of the read moves
-    /// it into the entry, where `sys_exit_read` finds it on whichever CPU the thread resumes.
+    /// This CPU's xorshift state, which picks the reads to time (never 0 once used).
+    pub sample_state: u32,
+    /// Start of the current thread's read in flight: 0 when none, [`READ_UNTIMED`] when it is
+    /// not timed. `sys_enter_read` writes it here, with no lookup of the thread's entry; a
+    /// switch-out in the middle of the read moves it into a tracked thread's entry (timed from
+    /// then if it was not), where `sys_exit_read` finds it on whichever CPU the thread resumes.
+    ///
+    /// [`READ_UNTIMED`]: crate::READ_UNTIMED
     pub read_start_ns: u64,
 }
 

@@ -44,6 +44,11 @@ static FILTER_BY_CGROUP: u32 = 0;
 #[unsafe(no_mangle)]
 static EMPTY_PROGRAMS: u32 = 0;
 
+/// Non-zero: every read is timed, weighing 1, instead of the sample `monitor_common::reads`
+/// describes. Benchmarks load this to check the sample's estimates against.
+#[unsafe(no_mangle)]
+static TIME_EVERY_READ: u32 = 0;
+
 #[map]
 static WATCHED_CGROUPS: HashMap<u64, u8> = HashMap::with_max_entries(WATCHED_CGROUP_ENTRIES, 0);
 /// Bumped by userspace after it adds cgroups to `WATCHED_CGROUPS` (see [`CpuCurrent`]).

@@ -1,8 +1,11 @@
-//! The reads family: the read-family syscalls of tracked threads, from entry to exit. The start
-//! waits in this CPU's slot (or, if the thread is switched out mid-read, in its entry); a
-//! finished read is tallied in the entry and flushed to the per-task statistics in batches.
-use crate::threads::{cpu_current, current_thread, may_be_tracked, thread, thread_task};
-use crate::{field_at, per_cpu, run};
+//! The reads family: the read-family syscalls of tracked threads, counted, and timed as
+//! [`monitor_common::reads`] says (every read that switches out, one in eight of the others).
+//! The start waits in this CPU's slot (or, if the thread is switched out mid-read, in its
+//! entry); a finished read is tallied in the entry and flushed to the per-task statistics in
+//! batches.
+use crate::sched::CurrentTask;
+use crate::threads::{cpu_current, current_thread, may_be_tracked, thread_task};
+use crate::{field_at, global, per_cpu, run, TIME_EVERY_READ};
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::{map, tracepoint},
@@ -10,8 +13,8 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use monitor_common::{
-    cpu_current, latency_bucket, probe_stat, IoStats, PendingReads, TaskKey, ThreadState,
-    FLUSH_PENDING_READS, TASK_MAP_ENTRIES,
+    latency_bucket, probe_stat, read_clock, CpuCurrent, IoStats, PendingReads, TaskKey,
+    ThreadState, FLUSH_PENDING_READS, READ_SAMPLE_WEIGHT, READ_UNTIMED, TASK_MAP_ENTRIES,
 };
 
 // From /sys/kernel/tracing/events/syscalls/sys_exit_read/format (the same in every read exit).
@@ -43,19 +46,56 @@ pub fn sys_enter_read(_ctx: TracePointContext) -> u32 {
     run(|| try_sys_enter_read())
 }
 
+/// Marks a read in flight in this CPU's slot, timed or not (see [`monitor_common::reads`]):
+/// no lookup of the thread's entry (the exit, or a switch-out, finds whether it is tracked),
+/// and a clock read only for the reads sampled.
 fn try_sys_enter_read() -> Result<(), u32> {
     let tid = bpf_get_current_pid_tgid() as u32;
     let Some(c) = cpu_current(tid) else {
         return Ok(());
     };
-    // SAFETY: see `cpu_current`. A tracked thread's read start goes into the slot, and only
-    // there: no lookup of its entry.
+    // SAFETY: see `cpu_current`.
     unsafe {
-        if (*c).known == cpu_current::TRACKED || current_thread(tid)?.is_some() {
-            (*c).read_start_ns = bpf_ktime_get_ns();
+        if may_be_tracked((*c).known) {
+            (*c).read_start_ns = if sampled(c) {
+                bpf_ktime_get_ns()
+            } else {
+                READ_UNTIMED
+            };
         }
     }
     Ok(())
+}
+
+/// Whether to time this read: one in [`READ_SAMPLE_WEIGHT`], from this CPU's xorshift32 (no
+/// helper call; a fixed stride would alias with a loader's own pattern of reads).
+///
+/// # Safety
+/// As for `cpu_current`'s slot.
+#[inline(always)]
+unsafe fn sampled(c: *mut CpuCurrent) -> bool {
+    if global(&TIME_EVERY_READ) != 0 {
+        return true;
+    }
+    let mut x = (*c).sample_state;
+    if x == 0 {
+        x = (bpf_get_current_pid_tgid() as u32) | 1;
+    }
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    (*c).sample_state = x;
+    x % READ_SAMPLE_WEIGHT == 0
+}
+
+/// What a sampled read that did not switch out weighs.
+#[inline(always)]
+fn sample_weight() -> u32 {
+    if global(&TIME_EVERY_READ) != 0 {
+        1
+    } else {
+        READ_SAMPLE_WEIGHT
+    }
 }
 
 #[tracepoint]
@@ -72,42 +112,42 @@ fn try_sys_exit_read(ctx: &TracePointContext) -> Result<(), u32> {
     if !may_be_tracked(unsafe { (*c).known }) {
         return Ok(()); // not a watched thread
     }
-    let entry = thread(tid);
     // SAFETY: see `cpu_current`.
-    unsafe {
-        (*c).known = if entry.is_some() {
-            cpu_current::TRACKED
-        } else {
-            cpu_current::NOT_TRACKED
-        };
-    }
-    let Some(st) = entry else {
+    let in_slot = unsafe { core::mem::replace(&mut (*c).read_start_ns, 0) };
+    let Some(st) = current_thread(tid)? else {
         return Ok(());
     };
-    // The start is in this CPU's slot, or, when the thread was switched out during the read, in
-    // its entry. SAFETY: only this thread, running here, writes either; 0 marks none in flight.
-    let start = unsafe {
-        let in_slot = core::mem::replace(&mut (*c).read_start_ns, 0);
-        let in_entry = core::mem::replace(&mut (*st).read_start_ns, 0);
-        if in_slot != 0 {
-            in_slot
-        } else {
-            in_entry
+    // The start is in this CPU's slot (the read did not switch out), or, when the thread was
+    // switched out during the read, in its entry. SAFETY: only this thread, running here,
+    // writes either; 0 marks none in flight.
+    let in_entry = unsafe { core::mem::replace(&mut (*st).read_start_ns, 0) };
+    // How long it took, and what it weighs (see `monitor_common::reads`).
+    let (dt, weight) = match (in_slot, in_entry) {
+        (0, 0) => return Err(probe_stat::UNMATCHED_END),
+        // SAFETY: as above.
+        (0, s) if unsafe { (*st).read_clock } == read_clock::RUN_QUEUE => {
+            (CurrentTask::get().last_arrival().saturating_sub(s), 1)
         }
+        // SAFETY: helper without preconditions.
+        (0, s) => (unsafe { bpf_ktime_get_ns() }.saturating_sub(s), 1),
+        (READ_UNTIMED, _) => (0, 0),
+        // SAFETY: as above.
+        (s, _) => (
+            unsafe { bpf_ktime_get_ns() }.saturating_sub(s),
+            sample_weight(),
+        ),
     };
-    if start == 0 {
-        return Err(probe_stat::UNMATCHED_END);
-    }
     let ret: i64 = field_at::<i64, 16>(ctx, &SYS_EXIT_RET_OFFSET)?;
-    let dt = unsafe { bpf_ktime_get_ns() }.saturating_sub(start);
     // SAFETY: see `switched_out`; `latency_bucket` is below LATENCY_BUCKETS.
     unsafe {
         let r = &mut (*st).reads;
         r.count += 1;
         r.bytes += if ret > 0 { ret as u64 } else { 0 };
-        r.total_ns += dt;
-        if let Some(h) = r.hist.get_mut(latency_bucket(dt)) {
-            *h += 1;
+        if weight > 0 {
+            r.total_ns += dt * u64::from(weight);
+            if let Some(h) = r.hist.get_mut(latency_bucket(dt)) {
+                *h += weight as u8;
+            }
         }
         if r.count >= FLUSH_PENDING_READS {
             flush_reads(st, &thread_task(st))?;

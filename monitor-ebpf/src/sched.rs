@@ -11,8 +11,9 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use monitor_common::{
-    thread_state, PendingTimes, TaskKey, TaskTimes, ThreadState, FLUSH_PENDING_NS,
-    FLUSH_PENDING_SWITCHES, TASK_EXITING, TASK_MAP_ENTRIES, TASK_REPORT_MASK, TASK_UNINTERRUPTIBLE,
+    read_clock, thread_state, PendingTimes, TaskKey, TaskTimes, ThreadState, FLUSH_PENDING_NS,
+    FLUSH_PENDING_SWITCHES, READ_UNTIMED, TASK_EXITING, TASK_MAP_ENTRIES, TASK_REPORT_MASK,
+    TASK_UNINTERRUPTIBLE,
 };
 
 // Field offsets (and sizes), from /sys/kernel/tracing/events/sched/sched_switch/format.
@@ -42,11 +43,11 @@ static TASK_TIMES: LruPerCpuHashMap<TaskKey, TaskTimes> =
     LruPerCpuHashMap::with_max_entries(TASK_MAP_ENTRIES, 0);
 /// The current task, as the kernel's own `task_struct`: the scheduler fields gpuwatch reads are
 /// plain loads (the verifier checks each offset against the kernel's BTF).
-struct CurrentTask(*const u8);
+pub(crate) struct CurrentTask(*const u8);
 
 impl CurrentTask {
     #[inline(always)]
-    fn get() -> Self {
+    pub(crate) fn get() -> Self {
         // SAFETY: helper without preconditions; it returns the current task, never null.
         Self(unsafe { bpf_get_current_task_btf() } as *const u8)
     }
@@ -70,7 +71,7 @@ impl CurrentTask {
 
     /// Its run queue's clock at its last switch-in.
     #[inline(always)]
-    fn last_arrival(&self) -> u64 {
+    pub(crate) fn last_arrival(&self) -> u64 {
         // SAFETY: as above.
         unsafe { Self::u64_at(self.0, &TASK_LAST_ARRIVAL_OFFSET) }
     }
@@ -190,9 +191,19 @@ fn try_sched_switch(ctx: &TracePointContext) -> Result<(), u32> {
         unsafe {
             // A read in flight leaves this CPU with the thread (`current_thread` claimed the
             // slot for it).
+            // One not timed is timed from here, on the run queue's clock: a read that switches
+            // out always is (see `monitor_common::reads`).
             if let Some(c) = slot {
-                if (*c).read_start_ns != 0 {
-                    (*st).read_start_ns = (*c).read_start_ns;
+                match (*c).read_start_ns {
+                    0 => {}
+                    READ_UNTIMED => {
+                        (*st).read_start_ns = now;
+                        (*st).read_clock = read_clock::RUN_QUEUE;
+                    }
+                    start => {
+                        (*st).read_start_ns = start;
+                        (*st).read_clock = read_clock::MONOTONIC;
+                    }
                 }
             }
             switched_out(st, &task, now, prev_state)?;

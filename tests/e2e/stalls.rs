@@ -13,7 +13,8 @@
 //!   compute.
 //! - GPU-bound: the loader has batches ready (a full pipe); 200 ms of compute per batch.
 
-use gpuwatch::sources::stall_probe::{ProbeTotals, StallProbe};
+use gpuwatch::sources::stall_probe::{Accumulate, ProbeTotals, StallProbe};
+use monitor_common::IoStats;
 use serde_json::{json, Value};
 use std::collections::HashSet;
 use support::*;
@@ -326,6 +327,78 @@ fn empty_programs_record_nothing_where_the_probes_count_every_read() {
         (READS..=READS + 10).contains(&counted),
         "{counted} reads counted for {READS} of dd's, plus its loader's few"
     );
+}
+
+/// The reads of cgroup `id` the probe saw, summed.
+fn reads_seen(probe: &mut StallProbe, id: u64) -> IoStats {
+    let mut totals = ProbeTotals::default();
+    probe.read(&mut totals, true).unwrap();
+    let mut sum = IoStats::default();
+    for (_, r) in totals.reads.iter().filter(|(k, _)| k.cgroup_id == id) {
+        sum.accumulate(r);
+    }
+    sum
+}
+
+/// A read's time is sampled (monitor_common::reads): on the real kernel, fast reads that never
+/// switch out are timed one in eight and weigh eight, so the histogram's weight stays close to
+/// the count and the mean close to the mean of every read timed; reads that block are every
+/// one timed, weighing one.
+#[test]
+fn read_times_are_sampled_and_the_estimates_hold() {
+    require_root();
+    let cg = TempCgroup::new("read-sample");
+    let run = |script: &str| {
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("{} && {script}", cg.join_self()))
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    const READS: u64 = 40_000;
+    let mut fast = Vec::new();
+    for every in [false, true] {
+        let mut probe = if every {
+            StallProbe::load_timing_every_read(true).unwrap()
+        } else {
+            StallProbe::load(true).unwrap()
+        };
+        probe.watch(&HashSet::from([cg.id])).unwrap();
+        run(&format!("exec {}", dd_reads(READS)));
+        fast.push(reads_seen(&mut probe, cg.id));
+    }
+    let weight = |s: &IoStats| s.hist.iter().sum::<u64>() as f64 / s.count as f64;
+    let mean = |s: &IoStats| s.total_ns as f64 / s.count as f64;
+    let (sampled, every) = (&fast[0], &fast[1]);
+    eprintln!(
+        "sampled: {} reads, weight {:.3}, mean {:.0} ns; every read timed: {} reads, weight \
+         {:.3}, mean {:.0} ns",
+        sampled.count,
+        weight(sampled),
+        mean(sampled),
+        every.count,
+        weight(every),
+        mean(every)
+    );
+    assert!(sampled.count >= READS && every.count >= READS);
+    // 40,000 reads, about 5,000 of them timed: the weight is within a few percent of 1.
+    assert!((0.9..=1.1).contains(&weight(sampled)), "{sampled:?}");
+    assert_eq!(every.hist.iter().sum::<u64>(), every.count, "{every:?}");
+    // Unweighted, the estimate would be an eighth of the mean.
+    let ratio = mean(sampled) / mean(every);
+    assert!((0.6..=1.6).contains(&ratio), "mean ratio {ratio}");
+
+    // Five reads of a pipe that each wait ~45 ms for their writer: all timed, weighing one,
+    // in the 32-65 ms bucket.
+    let mut probe = StallProbe::load(true).unwrap();
+    probe.watch(&HashSet::from([cg.id])).unwrap();
+    run("(for i in 1 2 3 4 5; do sleep 0.045; printf x; done) | \
+         dd of=/dev/null bs=1 count=5 status=none");
+    let slow = reads_seen(&mut probe, cg.id);
+    eprintln!("blocking reads: {slow:?}");
+    assert_eq!(slow.hist[15], 5, "{slow:?}");
+    assert!(slow.total_ns >= 5 * 40_000_000, "{slow:?}");
 }
 
 /// Adaptive tracing's mechanism on the real kernel: loaded detached, the read programs count

@@ -401,13 +401,16 @@ fn io_delta(now: &IoStats, before: &IoStats) -> Option<IoStats> {
 }
 
 /// Mean, percentiles (the upper edge of the log2 bucket that holds them) and the count of
-/// operations of 16 ms or more (bucket 14 up; bucket 13 is [8, 16) ms) of an I/O window.
+/// operations of 16 ms or more (bucket 14 up; bucket 13 is [8, 16) ms) of an I/O window. A
+/// reads histogram holds weighted samples (`monitor_common::reads`), so its percentiles are
+/// taken over its own weight, which is close to the count but not the count.
 pub(crate) fn io_summary(s: &IoStats) -> IoSummary {
+    let weight: u64 = s.hist.iter().sum();
     let percentile = |q: f64| -> Option<f64> {
-        if s.count == 0 {
+        if weight == 0 {
             return None;
         }
-        let target = ((q * s.count as f64).ceil() as u64).max(1);
+        let target = ((q * weight as f64).ceil() as u64).max(1);
         let mut seen = 0;
         for (i, n) in s.hist.iter().enumerate() {
             seen += n;
@@ -523,5 +526,27 @@ mod tests {
         s.totals = totals(times(2 * S, 0), Some(times(S / 10 + S / 5, 5 * S / 2)));
         let w = s.window(CG, &gpu, Some(1.0), &mut checks, &events).unwrap();
         assert_eq!(w.processes[0].main_thread.unwrap().on_cpu_seconds, 1.0);
+    }
+
+    #[test]
+    fn read_percentiles_are_taken_over_the_sampled_weight() {
+        // 100 reads: 92 fast ones of which 11 were timed (weight 8 each, 88), and 8 slow ones
+        // that blocked (always timed, weight 1). The weight is 96, not the count.
+        let mut hist = [0u64; LATENCY_BUCKETS];
+        hist[0] = 88;
+        hist[14] = 8;
+        let s = IoStats {
+            count: 100,
+            bytes: 100 << 14,
+            total_ns: 88 * 1_500 + 8 * 20_000_000,
+            hist,
+        };
+        let summary = io_summary(&s);
+        assert_eq!(summary.p50_latency_ms, Some(0.002));
+        // The 96th of 96 is slow; against the count (99th of 100) it would have been missed.
+        assert_eq!(summary.p99_latency_ms, Some(32.768));
+        assert_eq!(summary.slow_count, 8);
+        let mean = summary.mean_latency_ms.unwrap();
+        assert!((mean - 1.60132).abs() < 1e-9, "{mean}");
     }
 }

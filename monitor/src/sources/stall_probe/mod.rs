@@ -103,6 +103,31 @@ impl Accumulate for IoStats {
     }
 }
 
+/// How [`StallProbe::load_programs`] loads them.
+struct LoadOptions {
+    filter_by_cgroup: bool,
+    /// Programs that return at once (the benchmark's floor).
+    empty: bool,
+    /// Attach the read and block programs now.
+    attach_io: bool,
+    /// Entries of each per-task map; `None`: what the host's CPUs allow.
+    task_entries: Option<u32>,
+    /// Time every read, not a sample (the benchmark's reference).
+    time_every_read: bool,
+}
+
+impl LoadOptions {
+    fn attached(filter_by_cgroup: bool) -> Self {
+        Self {
+            filter_by_cgroup,
+            empty: false,
+            attach_io: true,
+            task_entries: None,
+            time_every_read: false,
+        }
+    }
+}
+
 /// The loaded and attached programs with their maps.
 pub struct StallProbe {
     _ebpf: Ebpf,
@@ -276,7 +301,7 @@ impl StallProbe {
     /// Checks privileges, finds tracefs, reads field offsets, loads and attaches every program.
     /// With `filter_by_cgroup`, the kernel tracks only the cgroups passed to [`Self::watch`].
     pub fn load(filter_by_cgroup: bool) -> Result<Self, ProbeError> {
-        Self::load_programs(filter_by_cgroup, false, true, None)
+        Self::load_programs(LoadOptions::attached(filter_by_cgroup))
     }
 
     /// Like [`Self::load`] with `task_entries` in each per-task map instead of what the host's
@@ -285,19 +310,38 @@ impl StallProbe {
         filter_by_cgroup: bool,
         task_entries: u32,
     ) -> Result<Self, ProbeError> {
-        Self::load_programs(filter_by_cgroup, false, true, Some(task_entries))
+        Self::load_programs(LoadOptions {
+            task_entries: Some(task_entries),
+            ..LoadOptions::attached(filter_by_cgroup)
+        })
     }
 
     /// Like [`Self::load`] with the read and block programs loaded but not attached: only the
     /// scheduler programs run until [`Self::step_io`] asks for them.
     pub fn load_io_detached(filter_by_cgroup: bool) -> Result<Self, ProbeError> {
-        Self::load_programs(filter_by_cgroup, false, false, None)
+        Self::load_programs(LoadOptions {
+            attach_io: false,
+            ..LoadOptions::attached(filter_by_cgroup)
+        })
     }
 
     /// The same programs on the same tracepoints, each returning at once: what the tracing
     /// mechanism costs by itself, below anything a program does. For benchmarks.
     pub fn load_empty() -> Result<Self, ProbeError> {
-        Self::load_programs(true, true, true, None)
+        Self::load_programs(LoadOptions {
+            empty: true,
+            ..LoadOptions::attached(true)
+        })
+    }
+
+    /// Like [`Self::load`], timing every read from entry to exit instead of the sample that
+    /// `monitor_common::reads` describes: what the sample's estimates are checked against. For
+    /// benchmarks.
+    pub fn load_timing_every_read(filter_by_cgroup: bool) -> Result<Self, ProbeError> {
+        Self::load_programs(LoadOptions {
+            time_every_read: true,
+            ..LoadOptions::attached(filter_by_cgroup)
+        })
     }
 
     /// Moves the read and block programs one step toward attached (`on`) or detached; see
@@ -310,12 +354,14 @@ impl StallProbe {
         self.io.state()
     }
 
-    fn load_programs(
-        filter_by_cgroup: bool,
-        empty: bool,
-        attach_io: bool,
-        task_entries: Option<u32>,
-    ) -> Result<Self, ProbeError> {
+    fn load_programs(options: LoadOptions) -> Result<Self, ProbeError> {
+        let LoadOptions {
+            filter_by_cgroup,
+            empty,
+            attach_io,
+            task_entries,
+            time_every_read,
+        } = options;
         let missing =
             caps::missing_for_tracing(caps::effective().map_err(ProbeError::Capabilities)?);
         if !missing.is_empty() {
@@ -340,6 +386,8 @@ impl StallProbe {
         loader.override_global("FILTER_BY_CGROUP", &filter, true);
         let empty = u32::from(empty);
         loader.override_global("EMPTY_PROGRAMS", &empty, true);
+        let every_read = u32::from(time_every_read);
+        loader.override_global("TIME_EVERY_READ", &every_read, true);
         let cpus = batch::possible_cpus();
         let task_entries = task_entries.unwrap_or_else(map_sizing::task_entries_here);
         for map in ["TASK_TIMES", "READ_STATS", "DISK_STATS"] {
