@@ -21,7 +21,8 @@
 //!
 //! With `--unwatched` the probes watch another cgroup: the cost the rest of the host pays.
 use gpuwatch::cgroup::CgroupLayout;
-use gpuwatch::sources::stall_probe::StallProbe;
+use gpuwatch::sources::stall_probe::{Accumulate, ProbeTotals, StallProbe};
+use monitor_common::IoStats;
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
@@ -195,11 +196,26 @@ struct Arms {
     adaptive_idle: Vec<f64>,
 }
 
-/// BPF statistics of the runs with empty programs and with gpuwatch's.
+/// BPF statistics of the runs with empty programs and with gpuwatch's, and the load's reads as
+/// gpuwatch's sample estimates them beside the same load's reads all timed (a fifth arm).
 #[derive(Default)]
 struct Stats {
     empty: ProgramTotals,
     full: ProgramTotals,
+    sampled_reads: IoStats,
+    every_read: IoStats,
+}
+
+/// Adds the reads the probe saw in cgroup `watched` to `into`.
+fn add_reads(into: &mut IoStats, probe: &mut StallProbe, watched: u64) -> anyhow::Result<()> {
+    let mut totals = ProbeTotals::default();
+    probe.read(&mut totals, true)?;
+    for (key, io) in &totals.reads {
+        if key.cgroup_id == watched {
+            into.accumulate(io);
+        }
+    }
+    Ok(())
 }
 
 /// Runs `load` for `rounds` rounds of three arms each (see [`Arms`]). With `stats`, the
@@ -229,6 +245,11 @@ fn alternate(
             arms.full.push(run_load(procs, cpu, load, secs)?);
             if let Some(s) = stats.as_deref_mut() {
                 add_program_stats(&mut s.full, &probe);
+                add_reads(&mut s.sampled_reads, &mut probe, watched)?;
+                let mut every = StallProbe::load_timing_every_read(true)?;
+                every.watch(&HashSet::from([watched]))?;
+                run_load(procs, cpu, load, secs)?;
+                add_reads(&mut s.every_read, &mut every, watched)?;
             }
         }
         let mut probe = StallProbe::load_io_detached(true)?;
@@ -261,6 +282,18 @@ fn print_per_event(title: &str, stats: &mut Stats) {
     let (cnt, per) = per_event(&stats.full, None);
     let (_, floor) = per_event(&stats.empty, None);
     println!("{:<22} {cnt:>14} {per:>12.1} {floor:>18.1}", "all");
+    let (a, b) = (&stats.sampled_reads, &stats.every_read);
+    let mean_us = |s: &IoStats| s.total_ns as f64 / s.count.max(1) as f64 / 1e3;
+    let weighed: u64 = a.hist.iter().sum();
+    println!(
+        "its reads, as the sample estimates them / timed every read (another pass): mean {:.2} / \
+         {:.2} µs ({:.3}), the histogram's weight over the count {:.3} / {:.3}",
+        mean_us(a),
+        mean_us(b),
+        mean_us(a) / mean_us(b),
+        weighed as f64 / a.count.max(1) as f64,
+        b.hist.iter().sum::<u64>() as f64 / b.count.max(1) as f64,
+    );
 }
 
 fn mean(v: &[f64]) -> f64 {
