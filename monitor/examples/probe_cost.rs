@@ -230,7 +230,7 @@ fn alternate(
     mut stats: Option<&mut Stats>,
 ) -> anyhow::Result<Arms> {
     let mut arms = Arms::default();
-    for _ in 0..rounds {
+    for round in 0..rounds {
         arms.without.push(run_load(procs, cpu, load, secs)?);
         {
             let probe = StallProbe::load_empty()?;
@@ -239,6 +239,12 @@ fn alternate(
                 add_program_stats(&mut s.empty, &probe);
             }
         }
+        // The reference pass (every read timed) comes after gpuwatch's in even rounds and
+        // before it in odd ones: a pass right after another reads ~10 % slower or faster.
+        let reference_first = round % 2 == 1;
+        if let (Some(s), true) = (stats.as_deref_mut(), reference_first) {
+            time_every_read(&mut s.every_read, procs, cpu, load, secs, watched)?;
+        }
         {
             let mut probe = StallProbe::load(true)?;
             probe.watch(&HashSet::from([watched]))?;
@@ -246,17 +252,31 @@ fn alternate(
             if let Some(s) = stats.as_deref_mut() {
                 add_program_stats(&mut s.full, &probe);
                 add_reads(&mut s.sampled_reads, &mut probe, watched)?;
-                let mut every = StallProbe::load_timing_every_read(true)?;
-                every.watch(&HashSet::from([watched]))?;
-                run_load(procs, cpu, load, secs)?;
-                add_reads(&mut s.every_read, &mut every, watched)?;
             }
+        }
+        if let (Some(s), false) = (stats.as_deref_mut(), reference_first) {
+            time_every_read(&mut s.every_read, procs, cpu, load, secs, watched)?;
         }
         let mut probe = StallProbe::load_io_detached(true)?;
         probe.watch(&HashSet::from([watched]))?;
         arms.adaptive_idle.push(run_load(procs, cpu, load, secs)?);
     }
     Ok(arms)
+}
+
+/// Runs `load` once with every read timed, adding its reads to `into`.
+fn time_every_read(
+    into: &mut IoStats,
+    procs: &Path,
+    cpu: usize,
+    load: Load,
+    secs: f64,
+    watched: u64,
+) -> anyhow::Result<()> {
+    let mut every = StallProbe::load_timing_every_read(true)?;
+    every.watch(&HashSet::from([watched]))?;
+    run_load(procs, cpu, load, secs)?;
+    add_reads(into, &mut every, watched)
 }
 
 /// Prints the kernel time per traced event, per program and in all, against the empty programs'.
@@ -286,7 +306,7 @@ fn print_per_event(title: &str, stats: &mut Stats) {
     let mean_us = |s: &IoStats| s.total_ns as f64 / s.count.max(1) as f64 / 1e3;
     let weighed: u64 = a.hist.iter().sum();
     println!(
-        "its reads, as the sample estimates them / timed every read (another pass): mean {:.2} / \
+        "its reads, as the sample estimates them / timed every read (other passes): mean {:.2} / \
          {:.2} µs ({:.3}), the histogram's weight over the count {:.3} / {:.3}",
         mean_us(a),
         mean_us(b),
