@@ -226,34 +226,14 @@ fn nvml_that_failed_at_start_is_picked_up_once_it_answers() {
     )
     .unwrap();
     let out = dir.path().join("rows.jsonl");
-    let child = gpuwatch_on(&scenario)
-        .args(["record", "--interval", "500ms", "--duration", "7s"])
-        .args([
-            "--no-docker",
-            "--no-ebpf",
-            "--log",
-            "info",
-            "--format",
-            "jsonl",
-            "-o",
-        ])
-        .arg(&out)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = record_jsonl(gpuwatch_on(&scenario), "7s", &out);
     std::thread::sleep(std::time::Duration::from_millis(1000));
-    // The driver finishes loading (written whole, then renamed: the fake never reads half).
-    let tmp = dir.path().join("scenario.tmp");
-    std::fs::write(&tmp, json!({"devices": devices}).to_string()).unwrap();
-    std::fs::rename(&tmp, &scenario).unwrap();
+    // The driver finishes loading.
+    swap_scenario(&scenario, &json!({"devices": devices}));
     let output = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
-    let rows: Vec<serde_json::Value> = std::fs::read_to_string(&out)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows = jsonl_rows(&out);
     let first = rows.first().expect("rows");
     assert_eq!(first["sources"]["nvml"]["up"], false, "{first:#}");
     let last = rows.last().unwrap();
@@ -288,41 +268,20 @@ fn a_gpu_bound_after_start_is_picked_up_without_a_restart() {
     )
     .unwrap();
     let out = dir.path().join("rows.jsonl");
-    let child = gpuwatch_on(&scenario)
-        .arg("-c")
-        .arg(&config)
-        .args(["record", "--interval", "500ms", "--duration", "9s"])
-        .args([
-            "--no-docker",
-            "--no-ebpf",
-            "--log",
-            "info",
-            "--format",
-            "jsonl",
-            "-o",
-        ])
-        .arg(&out)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut cmd = gpuwatch_on(&scenario);
+    cmd.arg("-c").arg(&config);
+    let child = record_jsonl(cmd, "9s", &out);
     std::thread::sleep(std::time::Duration::from_millis(1500));
     // The second GPU is bound: the driver has it, and lists it.
-    let tmp = dir.path().join("scenario.tmp");
-    std::fs::write(
-        &tmp,
-        json!({"devices": [gpu("GPU-first"), gpu("GPU-bound-later")]}).to_string(),
-    )
-    .unwrap();
-    std::fs::rename(&tmp, &scenario).unwrap();
+    swap_scenario(
+        &scenario,
+        &json!({"devices": [gpu("GPU-first"), gpu("GPU-bound-later")]}),
+    );
     std::fs::create_dir(list.join("0000:2a:00.0")).unwrap();
     let output = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
-    let rows: Vec<serde_json::Value> = std::fs::read_to_string(&out)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows = jsonl_rows(&out);
     let uuids = |row: &serde_json::Value| -> Vec<String> {
         row["gpus"]
             .as_array()
@@ -349,4 +308,42 @@ fn a_gpu_bound_after_start_is_picked_up_without_a_restart() {
         .map(|r| r["taken_at_unix_ms"].as_u64().unwrap())
         .collect();
     assert!(taken.windows(2).all(|w| w[0] < w[1]), "{taken:?}");
+}
+
+/// `cmd` (gpuwatch on a fake scenario) recording JSON lines into `out` every 500 ms for
+/// `duration`, without Docker or eBPF, its log on a pipe.
+fn record_jsonl(
+    mut cmd: std::process::Command,
+    duration: &str,
+    out: &std::path::Path,
+) -> std::process::Child {
+    cmd.args(["record", "--interval", "500ms", "--duration", duration])
+        .args([
+            "--no-docker",
+            "--no-ebpf",
+            "--log",
+            "info",
+            "--format",
+            "jsonl",
+            "-o",
+        ])
+        .arg(out)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Replaces the scenario: written whole, then renamed (the fake never reads half a file).
+fn swap_scenario(scenario: &std::path::Path, value: &serde_json::Value) {
+    let tmp = scenario.with_extension("tmp");
+    std::fs::write(&tmp, value.to_string()).unwrap();
+    std::fs::rename(&tmp, scenario).unwrap();
+}
+
+fn jsonl_rows(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
