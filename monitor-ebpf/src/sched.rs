@@ -190,9 +190,9 @@ fn try_sched_switch(ctx: &TracePointContext) -> Result<(), u32> {
         // `switched_out`).
         unsafe {
             // A read in flight leaves this CPU with the thread (`current_thread` claimed the
-            // slot for it).
-            // One not timed is timed from here, on the run queue's clock: a read that switches
-            // out always is (see `monitor_common::reads`).
+            // slot for it); one not timed is timed from here, on the run queue's clock: a read
+            // that switches out always is (see `monitor_common::reads`). A second switch-out
+            // in the same read finds the slot empty and keeps the first one's start.
             if let Some(c) = slot {
                 match (*c).read_start_ns {
                     0 => {}
