@@ -91,9 +91,6 @@ pub fn latency_bucket(ns: u64) -> usize {
 /// the kernel preallocates entries × CPUs values, so this is no bigger than a busy host needs:
 /// 8 containers × 64 processes × 2 kinds is 1,024.
 pub const TASK_MAP_ENTRIES: u32 = 8_192;
-/// Maximum number of threads tracked at once (threads of watched workloads only; an entry is
-/// 128 bytes, preallocated).
-pub const THREAD_MAP_ENTRIES: u32 = 65_536;
 /// Maximum number of block requests in flight tracked at once.
 pub const REQUEST_MAP_ENTRIES: u32 = 16_384;
 /// Maximum number of cgroups the kernel filter can watch.
@@ -127,7 +124,7 @@ mod tests {
 
     #[test]
     fn a_thread_entry_stays_small() {
-        // THREAD_MAP_ENTRIES of these are preallocated in the kernel
+        // one of these per tracked thread, in the kernel's task-local storage
         assert_eq!(core::mem::size_of::<ThreadState>(), 128);
         assert_eq!(core::mem::size_of::<CpuCurrent>(), 24);
     }

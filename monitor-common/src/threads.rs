@@ -20,7 +20,7 @@ use crate::sched::PendingTimes;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadState {
-    /// The thread (its key in `THREADS`, kept to remove the entry through a pointer).
+    /// The thread.
     pub tid: u32,
     /// Where it went at its last switch-out: one of the `thread_state` constants.
     pub state: u32,
@@ -73,6 +73,6 @@ pub mod cpu_current {
     pub const NOT_TRACKED: u32 = 1;
     /// The thread has no `THREADS` entry and its cgroup was not watched at `generation`.
     pub const UNWATCHED: u32 = 2;
-    /// The thread has a `THREADS` entry (unless the LRU evicted it since).
+    /// The thread has a `THREADS` entry.
     pub const TRACKED: u32 = 3;
 }

@@ -2,7 +2,7 @@
 //! (on CPU, waiting in the run queue, in D, in S), from the scheduler's own bookkeeping in the
 //! task; `sched_process_exit` flushes an exiting thread's tally.
 use crate::reads::flush_reads;
-use crate::threads::{current_entry, current_thread, thread_task, THREADS};
+use crate::threads::{current_entry, current_thread, forget_current, thread_task};
 use crate::{field, field_at, global, per_cpu, run, CPU_CURRENT};
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_get_current_task_btf},
@@ -132,7 +132,7 @@ unsafe fn switched_out(
         flush(st)?;
     }
     if exiting {
-        let _ = THREADS.remove(&(*st).tid);
+        forget_current();
         return Ok(());
     }
     (*st).out_ns = now;

@@ -1,15 +1,81 @@
-//! The tracked thread every family charges: its `THREADS` entry (created at the thread's own
-//! first event while its cgroup is watched), and this CPU's cache of what it knows about the
-//! thread it runs, so an untracked thread's events cost no lookup after the first.
+//! The tracked thread every family charges: its entry in task-local storage (created at the
+//! thread's own first event while its cgroup is watched, freed by the kernel with the task),
+//! and this CPU's cache of what it knows about the thread it runs, so an untracked thread's
+//! events cost no lookup after the first. Every program looks up only the current task's entry,
+//! which task-local storage finds through the task itself, with no hash.
 use crate::{current_task, CPU_CURRENT, WATCH_GENERATION};
-use aya_ebpf::{macros::map, maps::LruHashMap};
-use monitor_common::{
-    cpu_current, probe_stat, task_thread, CpuCurrent, TaskKey, ThreadState, THREAD_MAP_ENTRIES,
+use aya_ebpf::{
+    bindings::{bpf_map_type::BPF_MAP_TYPE_TASK_STORAGE, BPF_F_NO_PREALLOC},
+    helpers::{bpf_get_current_task_btf, bpf_task_storage_delete, bpf_task_storage_get},
+    macros::btf_map,
 };
+use monitor_common::{cpu_current, probe_stat, task_thread, CpuCurrent, TaskKey, ThreadState};
 
-#[map]
-pub(crate) static THREADS: LruHashMap<u32, ThreadState> =
-    LruHashMap::with_max_entries(THREAD_MAP_ENTRIES, 0);
+/// A BTF map definition of task-local storage (aya-ebpf 0.2 has none), laid out as libbpf and
+/// aya read one: each field's pointee type carries the map's type, key, value and flags.
+#[repr(C)]
+pub(crate) struct TaskStorage<T> {
+    r#type: *const [i32; BPF_MAP_TYPE_TASK_STORAGE as usize],
+    key: *const i32,
+    value: *const T,
+    max_entries: *const [i32; 0],
+    map_flags: *const [i32; BPF_F_NO_PREALLOC as usize],
+}
+
+// SAFETY: placeholders the loader patches; never dereferenced from here.
+unsafe impl<T> Sync for TaskStorage<T> {}
+
+impl<T> TaskStorage<T> {
+    const fn new() -> Self {
+        Self {
+            r#type: core::ptr::null(),
+            key: core::ptr::null(),
+            value: core::ptr::null(),
+            max_entries: core::ptr::null(),
+            map_flags: core::ptr::null(),
+        }
+    }
+
+    /// The current task's value; with `init`, created from it when absent.
+    #[inline(always)]
+    fn current(&self, init: Option<&T>) -> Option<*mut T> {
+        let (value, flags) = match init {
+            Some(v) => (v as *const T as *mut core::ffi::c_void, 1), // F_CREATE
+            None => (core::ptr::null_mut(), 0),
+        };
+        // SAFETY: the map is this definition; the task is current, a trusted BTF pointer.
+        let p = unsafe {
+            bpf_task_storage_get(
+                self as *const Self as *mut core::ffi::c_void,
+                bpf_get_current_task_btf() as *mut _,
+                value,
+                flags,
+            )
+        } as *mut T;
+        (!p.is_null()).then_some(p)
+    }
+
+    /// Drops the current task's value.
+    #[inline(always)]
+    fn delete_current(&self) {
+        // SAFETY: as for `current`.
+        unsafe {
+            bpf_task_storage_delete(
+                self as *const Self as *mut core::ffi::c_void,
+                bpf_get_current_task_btf() as *mut _,
+            );
+        }
+    }
+}
+
+#[btf_map]
+static THREADS: TaskStorage<ThreadState> = TaskStorage::new();
+
+/// Drops the current thread's entry (it is exiting).
+#[inline(always)]
+pub(crate) fn forget_current() {
+    THREADS.delete_current();
+}
 
 /// The task a thread's tally and reads are summed into.
 ///
@@ -28,10 +94,10 @@ pub(crate) unsafe fn thread_task(st: *const ThreadState) -> TaskKey {
     }
 }
 
-/// The entry of thread `tid`, if it is tracked.
+/// The current thread's entry, if it is tracked.
 #[inline(always)]
-pub(crate) fn thread(tid: u32) -> Option<*mut ThreadState> {
-    THREADS.get_ptr_mut(&tid)
+pub(crate) fn thread() -> Option<*mut ThreadState> {
+    THREADS.current(None)
 }
 
 /// This CPU's cache slot, claimed for `tid` (the current thread) when it describes another one:
@@ -66,7 +132,7 @@ pub(crate) fn current_entry(tid: u32) -> Option<*mut ThreadState> {
             return None;
         }
     }
-    thread(tid)
+    thread()
 }
 
 /// The entry of the current thread `tid`: found by tid (a thread has one only if its cgroup was
@@ -82,7 +148,7 @@ pub(crate) fn current_thread(tid: u32) -> Result<Option<*mut ThreadState>, u32> 
     // SAFETY: see `cpu_current`.
     let known = cache.map_or(cpu_current::UNKNOWN, |c| unsafe { (*c).known });
     if may_be_tracked(known) {
-        if let Some(st) = THREADS.get_ptr_mut(&tid) {
+        if let Some(st) = thread() {
             if let Some(c) = cache {
                 // SAFETY: see `cpu_current`.
                 unsafe { (*c).known = cpu_current::TRACKED };
@@ -115,12 +181,12 @@ pub(crate) fn current_thread(tid: u32) -> Result<Option<*mut ThreadState>, u32> 
         tgid: key.tgid,
         ..ThreadState::default()
     };
-    THREADS
-        .insert(&tid, &st, 0)
-        .map_err(|_| probe_stat::MAP_UPDATE_FAILED)?;
+    let entry = THREADS
+        .current(Some(&st))
+        .ok_or(probe_stat::MAP_UPDATE_FAILED)?;
     if let Some(c) = cache {
         // SAFETY: see `cpu_current`.
         unsafe { (*c).known = cpu_current::TRACKED };
     }
-    Ok(THREADS.get_ptr_mut(&tid))
+    Ok(Some(entry))
 }

@@ -379,6 +379,9 @@ impl StallProbe {
         // tracefs and BTF), so aya never parses the kernel's BTF itself (it does so only for
         // objects that relocate): ~23 MB at its peak on 6.18, where 0.14 parsed it in `new`.
         let mut loader = EbpfLoader::new();
+        // THREADS is task-local storage, which aya creates but has no userspace type for
+        // (userspace never reads it).
+        loader.allow_unsupported_maps();
         for (name, value) in &offsets.globals {
             loader.override_global(name, value, true);
         }
