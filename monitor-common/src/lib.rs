@@ -115,6 +115,9 @@ mod user {
     unsafe impl aya::Pod for super::TaskKey {}
     unsafe impl aya::Pod for super::TaskTimes {}
     unsafe impl aya::Pod for super::IoStats {}
+    unsafe impl aya::Pod for super::CpuCurrent {}
+    unsafe impl aya::Pod for super::RequestKey {}
+    unsafe impl aya::Pod for super::RequestStart {}
 }
 
 #[cfg(test)]

@@ -23,10 +23,10 @@ pub const READ_UNTIMED: u64 = 1;
 /// The clock of a tracked thread's `read_start_ns` (its `read_clock`).
 pub mod read_clock {
     /// `bpf_ktime_get_ns`: a sampled read's entry.
-    pub const MONOTONIC: u32 = 0;
+    pub const MONOTONIC: u16 = 0;
     /// The run queue's clock at the read's first switch-out; the read ends at the thread's
     /// last switch-in (`sched_info.last_arrival`, the same clock).
-    pub const RUN_QUEUE: u32 = 1;
+    pub const RUN_QUEUE: u16 = 1;
 }
 
 /// A thread's finished reads, held in its entry like its times: a read costs no lookup of the

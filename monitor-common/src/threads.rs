@@ -32,7 +32,12 @@ pub struct ThreadState {
     pub tgid: u32,
     /// The clock of `read_start_ns`: one of the [`read_clock`](crate::reads::read_clock)
     /// constants.
-    pub read_clock: u32,
+    pub read_clock: u16,
+    /// `READ_GENERATION` (its low 16 bits) when `read_start_ns` was moved here. Userspace bumps
+    /// it when it attaches the read programs after a gap with their ends off, so a start left
+    /// here by a read whose end went unseen never meets a later end. (It wraps at 65,536
+    /// attaches: only a start left from exactly that many attaches ago would pass.)
+    pub read_generation: u16,
     /// Start of the read-family syscall in flight, moved here at its switch-out; 0 when none.
     pub read_start_ns: u64,
     /// Charged since the last flush.

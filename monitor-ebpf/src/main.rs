@@ -54,6 +54,10 @@ static WATCHED_CGROUPS: HashMap<u64, u8> = HashMap::with_max_entries(WATCHED_CGR
 /// Bumped by userspace after it adds cgroups to `WATCHED_CGROUPS` (see [`CpuCurrent`]).
 #[map]
 static WATCH_GENERATION: Array<u32> = Array::with_max_entries(1, 0);
+/// Bumped by userspace when it attaches the read programs after a gap (see
+/// `ThreadState::read_generation`).
+#[map]
+static READ_GENERATION: Array<u32> = Array::with_max_entries(1, 0);
 #[map]
 static CPU_CURRENT: PerCpuArray<CpuCurrent> = PerCpuArray::with_max_entries(1, 0);
 #[map]
@@ -65,6 +69,12 @@ fn count_stat(index: u32) {
         // SAFETY: per-CPU slot, only this CPU writes it while this program runs.
         unsafe { *slot += 1 };
     }
+}
+
+/// The read programs' attach generation, as a thread's entry keeps it.
+#[inline(always)]
+fn read_generation() -> u16 {
+    READ_GENERATION.get(0).copied().unwrap_or(0) as u16
 }
 
 #[inline(always)]

@@ -5,7 +5,7 @@
 //! batches.
 use crate::sched::CurrentTask;
 use crate::threads::{cpu_current, current_thread, may_be_tracked, thread_task};
-use crate::{field_at, global, per_cpu, run, TIME_EVERY_READ};
+use crate::{field_at, global, per_cpu, read_generation, run, TIME_EVERY_READ};
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::{map, tracepoint},
@@ -122,8 +122,13 @@ fn try_sys_exit_read(ctx: &TracePointContext) -> Result<(), u32> {
     // writes either; 0 marks none in flight.
     let in_entry = unsafe { core::mem::replace(&mut (*st).read_start_ns, 0) };
     // How long it took, and what it weighs (see `monitor_common::reads`).
+    // A start in the entry from before the read programs' last gap belongs to a read whose end
+    // went unseen: this end has none.
+    // SAFETY: as above.
+    let stale = in_slot == 0 && unsafe { (*st).read_generation } != read_generation();
     let (dt, weight) = match (in_slot, in_entry) {
         (0, 0) => return Err(probe_stat::UNMATCHED_END),
+        (0, _) if stale => return Err(probe_stat::UNMATCHED_END),
         // SAFETY: as above.
         (0, s) if unsafe { (*st).read_clock } == read_clock::RUN_QUEUE => {
             (CurrentTask::get().last_arrival().saturating_sub(s), 1)

@@ -3,7 +3,7 @@
 //! task; `sched_process_exit` flushes an exiting thread's tally.
 use crate::reads::flush_reads;
 use crate::threads::{current_entry, current_thread, forget_current, thread_task};
-use crate::{field, field_at, global, per_cpu, run, CPU_CURRENT};
+use crate::{field, field_at, global, per_cpu, read_generation, run, CPU_CURRENT};
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_get_current_task_btf},
     macros::{map, tracepoint},
@@ -194,13 +194,13 @@ fn try_sched_switch(ctx: &TracePointContext) -> Result<(), u32> {
             // that switches out always is (see `monitor_common::reads`). A second switch-out
             // in the same read finds the slot empty and keeps the first one's start.
             if let Some(c) = slot {
-                match (*c).read_start_ns {
-                    0 => {}
-                    READ_UNTIMED => {
+                let start = (*c).read_start_ns;
+                if start != 0 {
+                    (*st).read_generation = read_generation();
+                    if start == READ_UNTIMED {
                         (*st).read_start_ns = now;
                         (*st).read_clock = read_clock::RUN_QUEUE;
-                    }
-                    start => {
+                    } else {
                         (*st).read_start_ns = start;
                         (*st).read_clock = read_clock::MONOTONIC;
                     }

@@ -455,6 +455,69 @@ fn the_read_programs_attach_and_detach_in_two_steps() {
     );
 }
 
+/// A read blocked across a whole gap in read tracing leaves its start in the thread's entry
+/// (its end is never seen); when tracing comes back, the next read's end must not meet it.
+/// Here dd blocks reading a FIFO, tracing goes off, a byte ends that read unseen and dd blocks
+/// in the next, whose start is unseen too; tracing comes back and a second byte ends it. Timed
+/// from the stale start, it would be a read of over a second.
+#[test]
+fn a_start_left_from_before_a_gap_meets_no_later_end() {
+    use gpuwatch::model::IoTracing;
+    use std::io::Write;
+    use std::time::Duration;
+    require_root();
+    let cg = TempCgroup::new("io-gap");
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let mut probe = StallProbe::load(true).unwrap();
+    probe.watch(&HashSet::from([cg.id])).unwrap();
+    let mut dd = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{} && exec dd if={} of=/dev/null bs=1 count=2 status=none",
+            cg.join_self(),
+            fifo.display()
+        ))
+        .spawn()
+        .unwrap();
+    // opens once dd has it open for reading
+    let mut writer = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    std::thread::sleep(Duration::from_millis(300)); // dd blocked in its first read
+    assert_eq!(probe.step_io(false).unwrap(), IoTracing::Stopping);
+    assert_eq!(probe.step_io(false).unwrap(), IoTracing::Off);
+    writer.write_all(b"x").unwrap(); // its end unseen; dd blocks in the next read, unseen
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(probe.step_io(true).unwrap(), IoTracing::Starting);
+    assert_eq!(probe.step_io(true).unwrap(), IoTracing::On);
+    std::thread::sleep(Duration::from_millis(700));
+    writer.write_all(b"x").unwrap(); // the end tracing sees
+    drop(writer);
+    assert!(dd.wait().unwrap().success());
+
+    let mut totals = ProbeTotals::default();
+    probe.read(&mut totals, true).unwrap();
+    let mut reads = IoStats::default();
+    for (_, r) in totals.reads.iter().filter(|(k, _)| k.cgroup_id == cg.id) {
+        reads.accumulate(r);
+    }
+    eprintln!(
+        "reads: {reads:?}, unmatched ends: {}",
+        totals.failures[monitor_common::probe_stat::UNMATCHED_END as usize]
+    );
+    // 2^18 µs (262 ms) and up: no read was timed that long
+    assert_eq!(reads.hist[18..].iter().sum::<u64>(), 0, "{reads:?}");
+    assert!(reads.total_ns < 250_000_000, "{reads:?}");
+    assert!(
+        totals.failures[monitor_common::probe_stat::UNMATCHED_END as usize] >= 1,
+        "the second FIFO read's end has no start"
+    );
+}
+
 /// A process moved into a watched cgroup is tracked from its next switch-in: what a CPU cached
 /// about it ("unwatched") does not outlive the move.
 #[test]

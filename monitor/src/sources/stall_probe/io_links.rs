@@ -9,11 +9,15 @@
 //! that an end event never meets a start recorded before a gap: attaching, the start programs
 //! (`sys_enter_*`, `block_rq_issue`) go first and the end programs a step later, once every read
 //! in flight has a fresh start; detaching, the starts go first and the ends a step later, so
-//! the reads in flight complete. Only a read blocked across a whole step can still be missed.
+//! the reads in flight complete. Only a read blocked across a whole step can still be missed;
+//! when the programs come back after such a gap, the starts left from before it are voided
+//! ([`void_starts_before_gap`]), so an end never meets a start older than the gap.
 use super::{tracepoint, ProbeError};
 use crate::model::IoTracing;
+use aya::maps::{Array, HashMap, MapError, PerCpuArray, PerCpuValues};
 use aya::programs::trace_point::TracePointLinkId;
 use aya::Ebpf;
+use monitor_common::{CpuCurrent, RequestKey, RequestStart};
 use std::path::Path;
 
 struct Point {
@@ -107,7 +111,13 @@ impl IoLinks {
             return Ok(Off);
         }
         self.state = match (self.state, on) {
-            (Off, true) | (Stopping, true) => {
+            (Off, true) => {
+                void_starts_before_gap(ebpf)?;
+                self.start_links = attach(ebpf, &self.starts)?;
+                Starting
+            }
+            // the ends never went: nothing was missed
+            (Stopping, true) => {
                 self.start_links = attach(ebpf, &self.starts)?;
                 Starting
             }
@@ -165,6 +175,59 @@ fn detach(
         tracepoint(ebpf, name)?
             .detach(id)
             .map_err(|source| ProbeError::Program { name, source })?;
+    }
+    Ok(())
+}
+
+/// Before the start programs come back after a gap in which the end programs were off: a read
+/// or request whose end fell in the gap left its start behind, and a later end must not meet
+/// it. Each place a start waits is voided while no program can write one (every start program
+/// is off):
+/// - a read switched out mid-read keeps its start in the thread's task-local entry, which
+///   userspace cannot reach: the read generation is bumped, and an end meeting a start moved
+///   there under an older one takes it as unmatched;
+/// - a read that did not switch out keeps it in its CPU's slot (until the thread switches out,
+///   which can be never on an idle CPU): the slots are cleared;
+/// - a block request's start waits in `REQUESTS`, keyed by device and sector, which a later
+///   request can reuse: it is emptied.
+pub(super) fn void_starts_before_gap(ebpf: &mut Ebpf) -> Result<(), ProbeError> {
+    fn map<'a>(
+        ebpf: &'a mut Ebpf,
+        name: &'static str,
+    ) -> Result<&'a mut aya::maps::Map, ProbeError> {
+        ebpf.map_mut(name).ok_or(ProbeError::Missing(name))
+    }
+    let err = |name| move |source: MapError| ProbeError::Map { name, source };
+
+    let mut generation: Array<_, u32> =
+        Array::try_from(map(ebpf, "READ_GENERATION")?).map_err(err("READ_GENERATION"))?;
+    let next = generation
+        .get(&0, 0)
+        .map_err(err("READ_GENERATION"))?
+        .wrapping_add(1);
+    generation
+        .set(0, &next, 0)
+        .map_err(err("READ_GENERATION"))?;
+
+    // Clearing a slot whole is safe even while the scheduler program writes it: a slot that
+    // names no thread is claimed afresh by the next event.
+    let mut slots: PerCpuArray<_, CpuCurrent> =
+        PerCpuArray::try_from(map(ebpf, "CPU_CURRENT")?).map_err(err("CPU_CURRENT"))?;
+    let cpus = super::batch::possible_cpus().unwrap_or(0);
+    let cleared = PerCpuValues::try_from(vec![CpuCurrent::default(); cpus]).map_err(|source| {
+        ProbeError::PerCpuValues {
+            name: "CPU_CURRENT",
+            source,
+        }
+    })?;
+    slots.set(0, cleared, 0).map_err(err("CPU_CURRENT"))?;
+
+    let mut requests: HashMap<_, RequestKey, RequestStart> =
+        HashMap::try_from(map(ebpf, "REQUESTS")?).map_err(err("REQUESTS"))?;
+    let keys: Vec<RequestKey> = requests.keys().filter_map(Result::ok).collect();
+    for key in keys {
+        // a key gone since it was listed is what was wanted
+        let _ = requests.remove(&key);
     }
     Ok(())
 }

@@ -54,6 +54,11 @@ pub enum ProbeError {
         name: &'static str,
         source: MapError,
     },
+    #[error("map {name}: its per-CPU values: {source}")]
+    PerCpuValues {
+        name: &'static str,
+        source: std::io::Error,
+    },
     #[error("map {name}: batch lookup: {source}")]
     BatchLookup {
         name: &'static str,
