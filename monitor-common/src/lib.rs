@@ -7,6 +7,7 @@
 
 pub mod block;
 pub mod reads;
+pub mod record_fields;
 pub mod sched;
 pub mod threads;
 

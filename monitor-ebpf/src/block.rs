@@ -1,7 +1,7 @@
 //! The block family: a request's issue is recorded with the issuing task (for synchronous and
 //! direct I/O, the reader itself); its completion, usually in interrupt context, adds its
 //! latency and bytes to that task's disk statistics.
-use crate::{current_task, field, per_cpu, run};
+use crate::{current_task, per_cpu, record_field, run};
 use aya_ebpf::{
     helpers::bpf_ktime_get_ns,
     macros::{map, tracepoint},
@@ -9,8 +9,8 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use monitor_common::{
-    latency_bucket, probe_stat, IoStats, RequestKey, RequestStart, TaskKey, REQUEST_MAP_ENTRIES,
-    TASK_MAP_ENTRIES,
+    latency_bucket, probe_stat, record_fields::slot, IoStats, RequestKey, RequestStart, TaskKey,
+    REQUEST_MAP_ENTRIES, TASK_MAP_ENTRIES,
 };
 
 // From /sys/kernel/tracing/events/block/block_rq_{issue,complete}/format.
@@ -63,11 +63,12 @@ fn try_block_rq_issue(ctx: &TracePointContext) -> Result<(), u32> {
         return Ok(());
     };
     let key = RequestKey {
-        sector: field(ctx, &BLOCK_ISSUE_SECTOR_OFFSET)?,
-        dev: field(ctx, &BLOCK_ISSUE_DEV_OFFSET)?,
+        sector: record_field::<u64, { slot::BLOCK_ISSUE_SECTOR }>(ctx, &BLOCK_ISSUE_SECTOR_OFFSET)?,
+        dev: record_field::<u32, { slot::BLOCK_ISSUE_DEV }>(ctx, &BLOCK_ISSUE_DEV_OFFSET)?,
         pad: 0,
     };
-    let bytes: u32 = field(ctx, &BLOCK_ISSUE_BYTES_OFFSET)?;
+    let bytes: u32 =
+        record_field::<u32, { slot::BLOCK_ISSUE_BYTES }>(ctx, &BLOCK_ISSUE_BYTES_OFFSET)?;
     let start = RequestStart {
         issued_ns: unsafe { bpf_ktime_get_ns() },
         task,
@@ -86,8 +87,11 @@ pub fn block_rq_complete(ctx: TracePointContext) -> u32 {
 fn try_block_rq_complete(ctx: &TracePointContext) -> Result<(), u32> {
     // Usually interrupt context: everything comes from the issue record.
     let key = RequestKey {
-        sector: field(ctx, &BLOCK_COMPLETE_SECTOR_OFFSET)?,
-        dev: field(ctx, &BLOCK_COMPLETE_DEV_OFFSET)?,
+        sector: record_field::<u64, { slot::BLOCK_COMPLETE_SECTOR }>(
+            ctx,
+            &BLOCK_COMPLETE_SECTOR_OFFSET,
+        )?,
+        dev: record_field::<u32, { slot::BLOCK_COMPLETE_DEV }>(ctx, &BLOCK_COMPLETE_DEV_OFFSET)?,
         pad: 0,
     };
     // SAFETY: copied at once.

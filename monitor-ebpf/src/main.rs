@@ -32,7 +32,9 @@ use aya_ebpf::{
     programs::TracePointContext,
     EbpfContext,
 };
-use monitor_common::{probe_stat, task_thread, CpuCurrent, TaskKey, WATCHED_CGROUP_ENTRIES};
+use monitor_common::{
+    probe_stat, record_fields, task_thread, CpuCurrent, TaskKey, WATCHED_CGROUP_ENTRIES,
+};
 
 /// Non-zero: track only tasks whose cgroup id is in `WATCHED_CGROUPS` (userspace fills it with
 /// the workloads it reports), so the per-event cost stays flat however busy the host is.
@@ -43,6 +45,11 @@ static FILTER_BY_CGROUP: u32 = 0;
 /// themselves cost, below any program. (A read-only global: the verifier drops the dead branch.)
 #[unsafe(no_mangle)]
 static EMPTY_PROGRAMS: u32 = 0;
+
+/// Bit `slot` set: that record field's loads were relocated to its offset on this kernel (see
+/// `monitor_common::record_fields`).
+#[unsafe(no_mangle)]
+static DIRECT_RECORD_FIELDS: u32 = 0;
 
 /// Non-zero: every read is timed, weighing 1, instead of the sample `monitor_common::reads`
 /// describes. Benchmarks load this to check the sample's estimates against.
@@ -90,16 +97,19 @@ fn field<T>(ctx: &TracePointContext, offset: &u32) -> Result<T, u32> {
     unsafe { ctx.read_at::<T>(global(offset) as usize) }.map_err(|_| probe_stat::FIELD_READ_FAILED)
 }
 
-/// Reads a field straight from the record when this kernel put it at offset `A` (the layout of
-/// current kernels): a load at a constant offset from the context, which the verifier accepts
-/// and which costs one instruction. Any other offset goes through the probe-read helper.
+/// Loads the record field of `SLOT` (see `monitor_common::record_fields`): straight from the
+/// record, at the offset userspace wrote into this load before loading, when it could (one
+/// instruction); else through the probe-read helper at `offset`.
 #[inline(always)]
-fn field_at<T: Copy, const A: usize>(ctx: &TracePointContext, offset: &u32) -> Result<T, u32> {
-    if global(offset) as usize == A {
-        // SAFETY: the format file says the field is at `A` with T's size; the record holds it.
-        // A volatile, aligned load of exactly T, at a constant offset from the context.
+fn record_field<T: Copy, const SLOT: u32>(ctx: &TracePointContext, offset: &u32) -> Result<T, u32> {
+    if global(&DIRECT_RECORD_FIELDS) & (1 << SLOT) != 0 {
+        // SAFETY: userspace rewrote this load's marker offset to the field's, which the format
+        // file gives with T's size and which is aligned for it; the record holds it. A
+        // volatile load of exactly T, at a constant offset from the context.
         return Ok(unsafe {
-            core::ptr::read_volatile((ctx.as_ptr() as *const u8).add(A) as *const T)
+            core::ptr::read_volatile(
+                (ctx.as_ptr() as *const u8).add(record_fields::marker(SLOT) as usize) as *const T,
+            )
         });
     }
     field(ctx, offset)

@@ -5,7 +5,7 @@
 //! batches.
 use crate::sched::CurrentTask;
 use crate::threads::{cpu_current, current_thread, may_be_tracked, thread_task};
-use crate::{field_at, global, per_cpu, read_generation, run, TIME_EVERY_READ};
+use crate::{global, per_cpu, read_generation, record_field, run, TIME_EVERY_READ};
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::{map, tracepoint},
@@ -13,8 +13,8 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use monitor_common::{
-    latency_bucket, probe_stat, read_clock, CpuCurrent, IoStats, PendingReads, TaskKey,
-    ThreadState, FLUSH_PENDING_READS, READ_SAMPLE_WEIGHT, READ_UNTIMED, TASK_MAP_ENTRIES,
+    latency_bucket, probe_stat, read_clock, record_fields::slot, CpuCurrent, IoStats, PendingReads,
+    TaskKey, ThreadState, FLUSH_PENDING_READS, READ_SAMPLE_WEIGHT, READ_UNTIMED, TASK_MAP_ENTRIES,
 };
 
 // From /sys/kernel/tracing/events/syscalls/sys_exit_read/format (the same in every read exit).
@@ -142,7 +142,7 @@ fn try_sys_exit_read(ctx: &TracePointContext) -> Result<(), u32> {
             sample_weight(),
         ),
     };
-    let ret: i64 = field_at::<i64, 16>(ctx, &SYS_EXIT_RET_OFFSET)?;
+    let ret: i64 = record_field::<i64, { slot::SYS_EXIT_RET }>(ctx, &SYS_EXIT_RET_OFFSET)?;
     // SAFETY: see `switched_out`; `latency_bucket` is below LATENCY_BUCKETS.
     unsafe {
         let r = &mut (*st).reads;

@@ -3,7 +3,7 @@
 //! task; `sched_process_exit` flushes an exiting thread's tally.
 use crate::reads::flush_reads;
 use crate::threads::{current_entry, current_thread, forget_current, thread_task};
-use crate::{field, field_at, global, per_cpu, read_generation, run, CPU_CURRENT};
+use crate::{global, per_cpu, read_generation, record_field, run, CPU_CURRENT};
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_get_current_task_btf},
     macros::{map, tracepoint},
@@ -11,9 +11,9 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use monitor_common::{
-    read_clock, thread_state, PendingTimes, TaskKey, TaskTimes, ThreadState, FLUSH_PENDING_NS,
-    FLUSH_PENDING_SWITCHES, READ_UNTIMED, TASK_EXITING, TASK_MAP_ENTRIES, TASK_REPORT_MASK,
-    TASK_UNINTERRUPTIBLE,
+    read_clock, record_fields::slot, thread_state, PendingTimes, TaskKey, TaskTimes, ThreadState,
+    FLUSH_PENDING_NS, FLUSH_PENDING_SWITCHES, READ_UNTIMED, TASK_EXITING, TASK_MAP_ENTRIES,
+    TASK_REPORT_MASK, TASK_UNINTERRUPTIBLE,
 };
 
 // Field offsets (and sizes), from /sys/kernel/tracing/events/sched/sched_switch/format.
@@ -177,12 +177,19 @@ pub fn sched_switch(ctx: TracePointContext) -> u32 {
 fn try_sched_switch(ctx: &TracePointContext) -> Result<(), u32> {
     let slot = CPU_CURRENT.get_ptr_mut(0);
     // The outgoing task is current.
-    let prev: i32 = field_at::<i32, 24>(ctx, &SCHED_SWITCH_PREV_PID_OFFSET)?;
+    let prev: i32 =
+        record_field::<i32, { slot::SCHED_SWITCH_PREV_PID }>(ctx, &SCHED_SWITCH_PREV_PID_OFFSET)?;
     if let Some(st) = current_thread(prev as u32)? {
         let prev_state: u64 = if global(&SCHED_SWITCH_PREV_STATE_SIZE) == 8 {
-            field_at::<u64, 32>(ctx, &SCHED_SWITCH_PREV_STATE_OFFSET)?
+            record_field::<u64, { slot::SCHED_SWITCH_PREV_STATE_8 }>(
+                ctx,
+                &SCHED_SWITCH_PREV_STATE_OFFSET,
+            )?
         } else {
-            u64::from(field::<u32>(ctx, &SCHED_SWITCH_PREV_STATE_OFFSET)?)
+            u64::from(record_field::<u32, { slot::SCHED_SWITCH_PREV_STATE_4 }>(
+                ctx,
+                &SCHED_SWITCH_PREV_STATE_OFFSET,
+            )?)
         };
         let task = CurrentTask::get();
         let now = task.rq_clock();

@@ -518,6 +518,53 @@ fn a_start_left_from_before_a_gap_meets_no_later_end() {
     );
 }
 
+/// The record fields are loaded straight from the record where this kernel's format files put
+/// them (and the reads' bytes come out exact), and a load relocated to another offset still
+/// passes the verifier as a direct load: the exits' return value moved to offset 8 (an int and
+/// its padding there), every read is still counted.
+#[test]
+fn record_fields_load_directly_where_the_layout_puts_them() {
+    use monitor_common::record_fields::slot;
+    require_root();
+    let cg = TempCgroup::new("record-fields");
+    const READS: u64 = 2000;
+    let reads_in_cgroup = || {
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("{} && exec {}", cg.join_self(), dd_reads(READS)))
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    let mut probe = StallProbe::load(true).unwrap();
+    // every field this kernel's records have (prev_state is a long here, not an int)
+    let all = (1 << slot::COUNT) - 1;
+    assert_eq!(
+        probe.direct_record_fields,
+        all & !(1 << slot::SCHED_SWITCH_PREV_STATE_4),
+        "{:b}",
+        probe.direct_record_fields
+    );
+    probe.watch(&HashSet::from([cg.id])).unwrap();
+    reads_in_cgroup();
+    let reads = reads_seen(&mut probe, cg.id);
+    assert!((READS..=READS + 10).contains(&reads.count), "{reads:?}");
+    // dd's 4 KiB blocks, and its loader's few reads of its libraries
+    let blocks = READS * 4096;
+    assert!(
+        (blocks..blocks + 64 * 1024).contains(&reads.bytes),
+        "{reads:?}"
+    );
+    drop(probe);
+
+    let mut moved = StallProbe::load_with_exit_ret_at(8).unwrap();
+    assert_ne!(moved.direct_record_fields & (1 << slot::SYS_EXIT_RET), 0);
+    moved.watch(&HashSet::from([cg.id])).unwrap();
+    reads_in_cgroup();
+    let reads = reads_seen(&mut moved, cg.id);
+    assert!((READS..=READS + 10).contains(&reads.count), "{reads:?}");
+}
+
 /// A process moved into a watched cgroup is tracked from its next switch-in: what a CPU cached
 /// about it ("unwatched") does not outlive the move.
 #[test]

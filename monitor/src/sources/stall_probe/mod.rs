@@ -10,6 +10,7 @@ mod batch;
 mod io_links;
 pub mod kernel_btf;
 pub mod map_sizing;
+mod record_fields;
 pub mod tracefs;
 
 use crate::caps;
@@ -23,9 +24,11 @@ use aya::{Ebpf, EbpfError, EbpfLoader, Pod};
 use batch::{BatchError, BatchReader};
 use io_links::IoLinks;
 use kernel_btf::{BtfError, KernelBtf};
+use monitor_common::record_fields::slot;
 use monitor_common::{probe_stat, IoStats, TaskKey, TaskTimes, WATCHED_CGROUP_ENTRIES};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use tracefs::FieldLayout;
 
 /// The compiled kernel programs, embedded at build time.
 static PROBES: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gpuwatch-probes"));
@@ -64,6 +67,8 @@ pub enum ProbeError {
         name: &'static str,
         source: std::io::Error,
     },
+    #[error("relocating the record fields: {0}")]
+    Relocation(#[from] record_fields::RelocationError),
     #[error("{0} missing from the eBPF object")]
     Missing(&'static str),
 }
@@ -119,6 +124,9 @@ struct LoadOptions {
     task_entries: Option<u32>,
     /// Time every read, not a sample (the benchmark's reference).
     time_every_read: bool,
+    /// Read-family exits' return value from this offset of their record instead of the one
+    /// tracefs gives: a layout other than this kernel's, for tests.
+    exit_ret_offset: Option<u32>,
 }
 
 impl LoadOptions {
@@ -129,6 +137,7 @@ impl LoadOptions {
             attach_io: true,
             task_entries: None,
             time_every_read: false,
+            exit_ret_offset: None,
         }
     }
 }
@@ -152,6 +161,9 @@ pub struct StallProbe {
     pub missing: Vec<String>,
     /// Entries in each per-task map, sized from the possible CPUs (see [`map_sizing`]).
     pub task_entries: u32,
+    /// The record fields loaded straight from the record, a bit per
+    /// `monitor_common::record_fields::slot`; the others go through the probe-read helper.
+    pub direct_record_fields: u32,
     /// The read and block programs, attached only while wanted (see [`Self::step_io`]).
     io: IoLinks,
 }
@@ -163,6 +175,8 @@ struct Batches {
 
 struct Offsets {
     globals: Vec<(&'static str, u32)>,
+    /// The record fields the programs load directly, by `record_fields::slot`.
+    fields: Vec<(u32, FieldLayout)>,
     missing: Vec<String>,
     reads: bool,
     disk: bool,
@@ -171,12 +185,21 @@ struct Offsets {
 fn offsets(tracefs: &Path) -> Result<Offsets, ProbeError> {
     let f = |cat, ev, field| tracefs::field_layout(tracefs, cat, ev, field);
     let prev_state = f("sched", "sched_switch", "prev_state")?;
+    let prev_pid = f("sched", "sched_switch", "prev_pid")?;
     let mut globals = vec![
         ("SCHED_SWITCH_PREV_STATE_OFFSET", prev_state.offset),
         ("SCHED_SWITCH_PREV_STATE_SIZE", prev_state.size),
+        ("SCHED_SWITCH_PREV_PID_OFFSET", prev_pid.offset),
+    ];
+    let mut fields = vec![
+        (slot::SCHED_SWITCH_PREV_PID, prev_pid),
         (
-            "SCHED_SWITCH_PREV_PID_OFFSET",
-            f("sched", "sched_switch", "prev_pid")?.offset,
+            if prev_state.size == 8 {
+                slot::SCHED_SWITCH_PREV_STATE_8
+            } else {
+                slot::SCHED_SWITCH_PREV_STATE_4
+            },
+            prev_state,
         ),
     ];
     globals.extend(scheduler_offsets(&KernelBtf::load()?)?);
@@ -184,6 +207,7 @@ fn offsets(tracefs: &Path) -> Result<Offsets, ProbeError> {
     let reads = match f("syscalls", "sys_exit_read", "ret") {
         Ok(ret) => {
             globals.push(("SYS_EXIT_RET_OFFSET", ret.offset));
+            fields.push((slot::SYS_EXIT_RET, ret));
             true
         }
         Err(e) => {
@@ -191,33 +215,43 @@ fn offsets(tracefs: &Path) -> Result<Offsets, ProbeError> {
             false
         }
     };
-    let disk = (|| -> Result<Vec<(&'static str, u32)>, tracefs::TracefsError> {
+    let disk = (|| -> Result<Vec<(&'static str, u32, FieldLayout)>, tracefs::TracefsError> {
+        let issue = |field| f("block", "block_rq_issue", field);
+        let complete = |field| f("block", "block_rq_complete", field);
         Ok(vec![
             (
                 "BLOCK_ISSUE_DEV_OFFSET",
-                f("block", "block_rq_issue", "dev")?.offset,
+                slot::BLOCK_ISSUE_DEV,
+                issue("dev")?,
             ),
             (
                 "BLOCK_ISSUE_SECTOR_OFFSET",
-                f("block", "block_rq_issue", "sector")?.offset,
+                slot::BLOCK_ISSUE_SECTOR,
+                issue("sector")?,
             ),
             (
                 "BLOCK_ISSUE_BYTES_OFFSET",
-                f("block", "block_rq_issue", "bytes")?.offset,
+                slot::BLOCK_ISSUE_BYTES,
+                issue("bytes")?,
             ),
             (
                 "BLOCK_COMPLETE_DEV_OFFSET",
-                f("block", "block_rq_complete", "dev")?.offset,
+                slot::BLOCK_COMPLETE_DEV,
+                complete("dev")?,
             ),
             (
                 "BLOCK_COMPLETE_SECTOR_OFFSET",
-                f("block", "block_rq_complete", "sector")?.offset,
+                slot::BLOCK_COMPLETE_SECTOR,
+                complete("sector")?,
             ),
         ])
     })();
     let disk = match disk {
         Ok(g) => {
-            globals.extend(g);
+            for (name, s, layout) in g {
+                globals.push((name, layout.offset));
+                fields.push((s, layout));
+            }
             true
         }
         Err(e) => {
@@ -227,10 +261,27 @@ fn offsets(tracefs: &Path) -> Result<Offsets, ProbeError> {
     };
     Ok(Offsets {
         globals,
+        fields,
         missing,
         reads,
         disk,
     })
+}
+
+impl Offsets {
+    /// Puts record field `slot` (global `name`) at `offset`, its size unchanged.
+    fn move_field(&mut self, slot: u32, name: &str, offset: u32) {
+        for (s, layout) in &mut self.fields {
+            if *s == slot {
+                layout.offset = offset;
+            }
+        }
+        for (n, value) in &mut self.globals {
+            if *n == name {
+                *value = offset;
+            }
+        }
+    }
 }
 
 /// Where `sched_switch` finds the scheduler's own bookkeeping: the switched-out task's run-queue
@@ -349,6 +400,16 @@ impl StallProbe {
         })
     }
 
+    /// Like [`Self::load`], with read-family exits' return value (the bytes read) taken from
+    /// `offset` in their record, as on a kernel whose records are laid out otherwise: for the
+    /// test that a load relocated elsewhere passes the verifier and reads there.
+    pub fn load_with_exit_ret_at(offset: u32) -> Result<Self, ProbeError> {
+        Self::load_programs(LoadOptions {
+            exit_ret_offset: Some(offset),
+            ..LoadOptions::attached(true)
+        })
+    }
+
     /// Moves the read and block programs one step toward attached (`on`) or detached; see
     /// [`io_links`] for why it takes two.
     pub fn step_io(&mut self, on: bool) -> Result<IoTracing, ProbeError> {
@@ -366,6 +427,7 @@ impl StallProbe {
             attach_io,
             task_entries,
             time_every_read,
+            exit_ret_offset,
         } = options;
         let missing =
             caps::missing_for_tracing(caps::effective().map_err(ProbeError::Capabilities)?);
@@ -373,7 +435,10 @@ impl StallProbe {
             return Err(ProbeError::MissingCapabilities(missing));
         }
         let tracefs = tracefs::ensure_mounted()?;
-        let offsets = offsets(&tracefs)?;
+        let mut offsets = offsets(&tracefs)?;
+        if let Some(offset) = exit_ret_offset {
+            offsets.move_field(slot::SYS_EXIT_RET, "SYS_EXIT_RET_OFFSET", offset);
+        }
         // Our BTF read is done with: hand its memory back before aya parses the same file.
         #[cfg(target_env = "gnu")]
         // SAFETY: no preconditions; only returns free heap pages to the kernel.
@@ -401,7 +466,12 @@ impl StallProbe {
         for map in ["TASK_TIMES", "READ_STATS", "DISK_STATS"] {
             loader.map_max_entries(map, task_entries);
         }
-        let mut ebpf = loader.load(PROBES)?;
+        let mut object = PROBES.to_vec();
+        let relocated = record_fields::relocate(&mut object, &offsets.fields)?;
+        loader.override_global("DIRECT_RECORD_FIELDS", &relocated.direct, true);
+        let direct_record_fields = relocated.direct;
+        let mut ebpf = loader.load(&object)?;
+        drop(object);
 
         attach(&mut ebpf, "sched_switch", &[("sched", "sched_switch")])?;
         let mut missing = offsets.missing;
@@ -453,6 +523,7 @@ impl StallProbe {
                 io: BatchReader::new(cpus),
             }),
             missing,
+            direct_record_fields,
             io,
             _ebpf: ebpf,
         })
