@@ -292,6 +292,16 @@ fn dd_reads(n: u64) -> String {
     format!("dd if=/dev/zero of=/dev/null bs=4096 count={n} status=none")
 }
 
+/// Runs [`dd_reads`]`(n)` in `cg`.
+fn dd_reads_in(cg: &TempCgroup, n: u64) {
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{} && exec {}", cg.join_self(), dd_reads(n)))
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
 /// The benchmark's floor: empty programs attach to the same tracepoints and record nothing,
 /// where the stall probes, in the same conditions, count every read of a process.
 #[test]
@@ -299,14 +309,7 @@ fn empty_programs_record_nothing_where_the_probes_count_every_read() {
     require_root();
     let cg = TempCgroup::new("empty-programs");
     const READS: u64 = 5000;
-    let reads_in_cgroup = || {
-        let status = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!("{} && exec {}", cg.join_self(), dd_reads(READS)))
-            .status()
-            .unwrap();
-        assert!(status.success());
-    };
+    let reads_in_cgroup = || dd_reads_in(&cg, READS);
 
     let mut empty = StallProbe::load_empty().unwrap();
     empty.watch(&HashSet::from([cg.id])).unwrap();
@@ -410,14 +413,7 @@ fn the_read_programs_attach_and_detach_in_two_steps() {
     require_root();
     let cg = TempCgroup::new("io-steps");
     const READS: u64 = 3000;
-    let reads_in_cgroup = || {
-        let status = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!("{} && {}", cg.join_self(), dd_reads(READS)))
-            .status()
-            .unwrap();
-        assert!(status.success());
-    };
+    let reads_in_cgroup = || dd_reads_in(&cg, READS);
     let mut probe = StallProbe::load_io_detached(true).unwrap();
     probe.watch(&HashSet::from([cg.id])).unwrap();
     assert_eq!(probe.io_state(), IoTracing::Off);
@@ -528,14 +524,7 @@ fn record_fields_load_directly_where_the_layout_puts_them() {
     require_root();
     let cg = TempCgroup::new("record-fields");
     const READS: u64 = 2000;
-    let reads_in_cgroup = || {
-        let status = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!("{} && exec {}", cg.join_self(), dd_reads(READS)))
-            .status()
-            .unwrap();
-        assert!(status.success());
-    };
+    let reads_in_cgroup = || dd_reads_in(&cg, READS);
     let mut probe = StallProbe::load(true).unwrap();
     // every field this kernel's records have (prev_state is a long here, not an int)
     let all = (1 << slot::COUNT) - 1;
