@@ -30,8 +30,9 @@ const TRAINER: &str = "exec 3< /tmp/q; \
     i=0; while [ $i -lt $n ]; do i=$((i+1)); done; echo 0 > /state/sm; done";
 
 /// Held by the tests whose figures depend on having the CPUs to themselves (calibrated busy
-/// loops, pinned loops) and by the one that runs a busy loader beside them: on a 2-CPU machine
-/// the loader's quarter of a CPU moved the I/O-bound trainer's GPU busy share out of range.
+/// loops, pinned loops) and by the ones that run a busy loader or disk I/O beside them: on a
+/// 2-CPU machine the loader's quarter of a CPU moved the I/O-bound trainer's GPU busy share out
+/// of range.
 static CPU_TIMED: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn cpu_timed() -> std::sync::MutexGuard<'static, ()> {
@@ -279,6 +280,7 @@ impl Drop for TempCgroup {
 fn reads_counted(probe: &mut StallProbe, id: u64) -> u64 {
     let mut totals = ProbeTotals::default();
     probe.read(&mut totals, true).unwrap();
+    eprintln!("probe failures: {:?}", totals.failures);
     totals
         .reads
         .iter()
@@ -292,11 +294,14 @@ fn dd_reads(n: u64) -> String {
     format!("dd if=/dev/zero of=/dev/null bs=4096 count={n} status=none")
 }
 
-/// Runs [`dd_reads`]`(n)` in `cg`.
+/// Runs [`dd_reads`]`(n)` in `cg`, as a child of the shell that joined it: a thread is tracked
+/// from its next switch-in after it moves into a watched cgroup (see
+/// `a_process_moved_into_a_watched_cgroup_is_tracked_after_the_move`), and a forked dd starts
+/// with one, where an exec'd one could read on with the shell's "unwatched" still cached.
 fn dd_reads_in(cg: &TempCgroup, n: u64) {
     let status = std::process::Command::new("sh")
         .arg("-c")
-        .arg(format!("{} && exec {}", cg.join_self(), dd_reads(n)))
+        .arg(format!("{} && {}", cg.join_self(), dd_reads(n)))
         .status()
         .unwrap();
     assert!(status.success());
@@ -350,6 +355,8 @@ fn reads_seen(probe: &mut StallProbe, id: u64) -> IoStats {
 #[test]
 fn read_times_are_sampled_and_the_estimates_hold() {
     require_root();
+    // two passes' mean read latencies, compared: both need the CPUs as quiet as each other
+    let _cpu = cpu_timed();
     let cg = TempCgroup::new("read-sample");
     let run = |script: &str| {
         let status = std::process::Command::new("sh")
@@ -561,13 +568,17 @@ fn record_fields_load_directly_where_the_layout_puts_them() {
 #[test]
 fn disk_requests_are_matched_and_sized_from_their_records() {
     require_root();
+    // its disk I/O would share the disk with the I/O-bound container's timed reads
+    let _cpu = cpu_timed();
     let cg = TempCgroup::new("disk-requests");
     // on the root file system's disk (not a tmpfs): under the build directory
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let file = dir.path().join("data");
-    std::fs::write(&file, vec![7u8; 4 << 20]).unwrap();
-    let synced = std::process::Command::new("sync").status().unwrap();
-    assert!(synced.success());
+    // written back here, by the test: else dd's direct reads would write it back first
+    let mut f = std::fs::File::create(&file).unwrap();
+    std::io::Write::write_all(&mut f, &vec![7u8; 4 << 20]).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
     let mut probe = StallProbe::load(true).unwrap();
     probe.watch(&HashSet::from([cg.id])).unwrap();
     let status = std::process::Command::new("sh")
