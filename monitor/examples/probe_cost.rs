@@ -1,5 +1,6 @@
 //! The cost of stall tracing (root):
-//! `probe_cost [--seconds N] [--rounds N] [--unwatched] [--idle-only] [--agent CMD [--agent-warmup S]]`.
+//! `probe_cost [--seconds N] [--rounds N] [--unwatched] [--idle-only | --per-event-only]
+//! [--agent CMD [--agent-warmup S]]`.
 //!
 //! Two loads, each in a cgroup of its own and pinned to one CPU (so a run's throughput depends on
 //! the probes, not on where the scheduler put it). Each round runs a load once per arm: without
@@ -30,7 +31,8 @@
 //!
 //! With `--unwatched` the probes watch another cgroup: the cost the rest of the host pays. With
 //! `--idle-only` only the arms without probes, adaptive with none needed and the agent run, and
-//! no statistics pass: the healthy host's cost, in more rounds for the same time.
+//! no statistics pass: the healthy host's cost, in more rounds for the same time. With
+//! `--per-event-only`, only the statistics pass: the programs' kernel time per event.
 use gpuwatch::cgroup::CgroupLayout;
 use gpuwatch::sources::stall_probe::{Accumulate, ProbeTotals, StallProbe};
 use monitor_common::IoStats;
@@ -563,6 +565,8 @@ struct Options {
     /// Only the throughput without probes against adaptive tracing with none needed (and the
     /// agent, with `--agent`): the healthy host's cost, in more rounds for the same time.
     idle_only: bool,
+    /// Only the pass with BPF statistics on: the kernel time per traced event.
+    per_event_only: bool,
     agent: Option<AgentCommand>,
 }
 
@@ -574,6 +578,7 @@ fn options() -> anyhow::Result<Option<Options>> {
         rounds: 4,
         unwatched: false,
         idle_only: false,
+        per_event_only: false,
         agent: None,
     };
     let mut warmup = Duration::from_secs(5);
@@ -597,6 +602,7 @@ fn options() -> anyhow::Result<Option<Options>> {
             // the load's cgroup is not watched: the cost every other task of the host pays
             "--unwatched" => o.unwatched = true,
             "--idle-only" => o.idle_only = true,
+            "--per-event-only" => o.per_event_only = true,
             "--agent" => {
                 o.agent = Some(AgentCommand {
                     line: value(&a, &mut args)?,
@@ -656,6 +662,9 @@ fn main() -> anyhow::Result<()> {
 
 /// Runs the loads and prints what they measured.
 fn measure(bench: &Bench, arms: &[Arm], o: &Options) -> anyhow::Result<()> {
+    if o.per_event_only {
+        return per_event_pass(bench, o.rounds);
+    }
     let pingpong = alternate(bench, Load::PingPong, arms, o.rounds, None);
     if !o.idle_only {
         per_event_pass(bench, o.rounds)?;
