@@ -8,8 +8,8 @@
 //! every load at that marker to the field's offset on this kernel (from its tracefs format
 //! file) before the object is loaded: what a CO-RE field-offset relocation does, with tracefs in
 //! place of the kernel's BTF. A field whose offset the verifier would not take (unaligned for
-//! its size) keeps the probe-read helper; the `DIRECT_RECORD_FIELDS` global says which are
-//! direct, and the verifier drops the other branch.
+//! its size, or outside [`RECORD_LOADABLE`]) keeps the probe-read helper; the
+//! `DIRECT_RECORD_FIELDS` global says which are direct, and the verifier drops the other branch.
 
 /// The fields, one slot each: the bit in `DIRECT_RECORD_FIELDS`, and the marker's index.
 pub mod slot {
