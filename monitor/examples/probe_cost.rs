@@ -616,6 +616,9 @@ fn options() -> anyhow::Result<Option<Options>> {
     if let Some(agent) = &mut o.agent {
         agent.warmup = warmup;
     }
+    if o.per_event_only && (o.idle_only || o.agent.is_some()) {
+        anyhow::bail!("--per-event-only runs the statistics pass alone: no --idle-only or --agent");
+    }
     Ok(Some(o))
 }
 
@@ -639,7 +642,9 @@ fn main() -> anyhow::Result<()> {
         watched: if o.unwatched { u64::MAX } else { cgroup_id },
         agent: o.agent.as_ref(),
     };
-    let mut arms = if o.idle_only {
+    let mut arms = if o.per_event_only {
+        PER_EVENT_ARMS.to_vec()
+    } else if o.idle_only {
         vec![Arm::Without, Arm::AdaptiveIdle]
     } else {
         vec![Arm::Without, Arm::Empty, Arm::Full, Arm::AdaptiveIdle]
@@ -745,11 +750,14 @@ fn switch_cost_ns(pingpong: &Rates) -> Option<f64> {
     Some((1.0 / with - 1.0 / without) * 1e9 / switches_per_trip)
 }
 
+/// The arms of the statistics pass: the floor and gpuwatch's programs.
+const PER_EVENT_ARMS: [Arm; 2] = [Arm::Empty, Arm::Full];
+
 /// The kernel time per traced event, with BPF statistics on (they cost two clock reads per
 /// program run, so throughput is measured with them off, as in production): ping-pong, and the
 /// loader at its smallest files, with the empty and gpuwatch's programs.
 fn per_event_pass(bench: &Bench, rounds: usize) -> anyhow::Result<()> {
-    let arms = [Arm::Empty, Arm::Full];
+    let arms = PER_EVENT_ARMS;
     std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1")?;
     let mut stats = Stats::default();
     let pingpong = alternate(bench, Load::PingPong, &arms, rounds, Some(&mut stats));
