@@ -8,7 +8,8 @@
 //! - Disk: `block_rq_issue` / `block_rq_complete`, attributed to the issuing task.
 //!
 //! One file per probe family, as [`monitor_common`] has one per family for the types both halves
-//! compile: [`sched`], [`reads`], [`block`], and [`threads`] for the tracked thread they share.
+//! compile: [`sched`], [`reads`], [`block`], and [`threads`] for the tracked thread they share,
+//! [`task`] for the current task they read it through.
 //! Here: what every family uses (the cgroup filter, the per-CPU cache, the failure counters,
 //! field reads).
 //!
@@ -23,6 +24,7 @@
 mod block;
 mod reads;
 mod sched;
+mod task;
 mod threads;
 
 use aya_ebpf::{

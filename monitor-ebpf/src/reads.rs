@@ -3,11 +3,11 @@
 //! The start waits in this CPU's slot (or, if the thread is switched out mid-read, in its
 //! entry); a finished read is tallied in the entry and flushed to the per-task statistics in
 //! batches.
-use crate::sched::CurrentTask;
+use crate::task::CurrentTask;
 use crate::threads::{cpu_current, current_thread, may_be_tracked, thread_task};
 use crate::{global, per_cpu, read_generation, record_field, run, TIME_EVERY_READ};
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::bpf_ktime_get_ns,
     macros::{map, tracepoint},
     maps::LruPerCpuHashMap,
     programs::TracePointContext,
@@ -50,14 +50,14 @@ pub fn sys_enter_read(_ctx: TracePointContext) -> u32 {
 /// no lookup of the thread's entry (the exit, or a switch-out, finds whether it is tracked),
 /// and a clock read only for the reads sampled.
 fn try_sys_enter_read() -> Result<(), u32> {
-    let tid = bpf_get_current_pid_tgid() as u32;
+    let tid = CurrentTask::get().tid();
     let Some(c) = cpu_current(tid) else {
         return Ok(());
     };
     // SAFETY: see `cpu_current`.
     unsafe {
         if may_be_tracked((*c).known) {
-            (*c).read_start_ns = if sampled(c) {
+            (*c).read_start_ns = if sampled(c, tid) {
                 bpf_ktime_get_ns()
             } else {
                 READ_UNTIMED
@@ -73,13 +73,13 @@ fn try_sys_enter_read() -> Result<(), u32> {
 /// # Safety
 /// As for `cpu_current`'s slot.
 #[inline(always)]
-unsafe fn sampled(c: *mut CpuCurrent) -> bool {
+unsafe fn sampled(c: *mut CpuCurrent, tid: u32) -> bool {
     if global(&TIME_EVERY_READ) != 0 {
         return true;
     }
     let mut x = (*c).sample_state;
     if x == 0 {
-        x = (bpf_get_current_pid_tgid() as u32) | 1;
+        x = tid | 1;
     }
     x ^= x << 13;
     x ^= x >> 17;
@@ -104,7 +104,8 @@ pub fn sys_exit_read(ctx: TracePointContext) -> u32 {
 }
 
 fn try_sys_exit_read(ctx: &TracePointContext) -> Result<(), u32> {
-    let tid = bpf_get_current_pid_tgid() as u32;
+    let task = CurrentTask::get();
+    let tid = task.tid();
     let Some(c) = cpu_current(tid) else {
         return Ok(());
     };
@@ -114,7 +115,7 @@ fn try_sys_exit_read(ctx: &TracePointContext) -> Result<(), u32> {
     }
     // SAFETY: see `cpu_current`.
     let in_slot = unsafe { core::mem::replace(&mut (*c).read_start_ns, 0) };
-    let Some(st) = current_thread(tid)? else {
+    let Some(st) = current_thread(&task, tid)? else {
         return Ok(());
     };
     // The start is in this CPU's slot (the read did not switch out), or, when the thread was
@@ -131,7 +132,7 @@ fn try_sys_exit_read(ctx: &TracePointContext) -> Result<(), u32> {
         (0, _) if stale => return Err(probe_stat::UNMATCHED_END),
         // SAFETY: as above.
         (0, s) if unsafe { (*st).read_clock } == read_clock::RUN_QUEUE => {
-            (CurrentTask::get().last_arrival().saturating_sub(s), 1)
+            (task.last_arrival().saturating_sub(s), 1)
         }
         // SAFETY: helper without preconditions.
         (0, s) => (unsafe { bpf_ktime_get_ns() }.saturating_sub(s), 1),

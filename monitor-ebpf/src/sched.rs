@@ -2,10 +2,10 @@
 //! (on CPU, waiting in the run queue, in D, in S), from the scheduler's own bookkeeping in the
 //! task; `sched_process_exit` flushes an exiting thread's tally.
 use crate::reads::flush_reads;
+use crate::task::CurrentTask;
 use crate::threads::{current_entry, current_thread, forget_current, thread_task};
 use crate::{global, per_cpu, read_generation, record_field, run, CPU_CURRENT};
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task_btf},
     macros::{map, tracepoint},
     maps::LruPerCpuHashMap,
     programs::TracePointContext,
@@ -23,71 +23,10 @@ static SCHED_SWITCH_PREV_STATE_OFFSET: u32 = 0;
 static SCHED_SWITCH_PREV_STATE_SIZE: u32 = 8;
 #[unsafe(no_mangle)]
 static SCHED_SWITCH_PREV_PID_OFFSET: u32 = 0;
-// Byte offsets into the kernel's structures, from its BTF.
-/// `task_struct.sched_info.run_delay`: the task's run-queue wait so far.
-#[unsafe(no_mangle)]
-static TASK_RUN_DELAY_OFFSET: u32 = 0;
-/// `task_struct.sched_info.last_arrival`: the run-queue clock at its last switch-in.
-#[unsafe(no_mangle)]
-static TASK_LAST_ARRIVAL_OFFSET: u32 = 0;
-/// `task_struct.se.cfs_rq`, `cfs_rq.rq`, `rq.clock`: the way to its run queue's clock.
-#[unsafe(no_mangle)]
-static TASK_CFS_RQ_OFFSET: u32 = 0;
-#[unsafe(no_mangle)]
-static CFS_RQ_RQ_OFFSET: u32 = 0;
-#[unsafe(no_mangle)]
-static RQ_CLOCK_OFFSET: u32 = 0;
 
 #[map]
 static TASK_TIMES: LruPerCpuHashMap<TaskKey, TaskTimes> =
     LruPerCpuHashMap::with_max_entries(TASK_MAP_ENTRIES, 0);
-/// The current task, as the kernel's own `task_struct`: the scheduler fields gpuwatch reads are
-/// plain loads (the verifier checks each offset against the kernel's BTF).
-pub(crate) struct CurrentTask(*const u8);
-
-impl CurrentTask {
-    #[inline(always)]
-    pub(crate) fn get() -> Self {
-        // SAFETY: helper without preconditions; it returns the current task, never null.
-        Self(unsafe { bpf_get_current_task_btf() } as *const u8)
-    }
-
-    /// The u64 at `offset` from `base`.
-    ///
-    /// # Safety
-    /// `base` is a kernel object pointer from BTF, and `offset` a u64 member's offset in it;
-    /// the verifier holds the program to that, and a faulting load reads 0.
-    #[inline(always)]
-    unsafe fn u64_at(base: *const u8, offset: &u32) -> u64 {
-        core::ptr::read_volatile(base.add(global(offset) as usize) as *const u64)
-    }
-
-    /// Its run-queue wait so far, ns.
-    #[inline(always)]
-    fn run_delay(&self) -> u64 {
-        // SAFETY: see `u64_at`; the offset comes from BTF.
-        unsafe { Self::u64_at(self.0, &TASK_RUN_DELAY_OFFSET) }
-    }
-
-    /// Its run queue's clock at its last switch-in.
-    #[inline(always)]
-    pub(crate) fn last_arrival(&self) -> u64 {
-        // SAFETY: as above.
-        unsafe { Self::u64_at(self.0, &TASK_LAST_ARRIVAL_OFFSET) }
-    }
-
-    /// Its run queue's clock, which the scheduler updates before a switch: at `sched_switch`,
-    /// the time of the switch, on the same clock as `last_arrival`.
-    #[inline(always)]
-    fn rq_clock(&self) -> u64 {
-        // SAFETY: as above, through two pointers the kernel keeps valid while the task runs.
-        unsafe {
-            let cfs_rq = Self::u64_at(self.0, &TASK_CFS_RQ_OFFSET) as *const u8;
-            let rq = Self::u64_at(cfs_rq, &CFS_RQ_RQ_OFFSET) as *const u8;
-            Self::u64_at(rq, &RQ_CLOCK_OFFSET)
-        }
-    }
-}
 
 /// Charges a tracked thread's time up to its switch-out at `now`, which `task` (the thread,
 /// current) is undergoing in `prev_state`: the episode off the CPU before its last switch-in,
@@ -132,7 +71,7 @@ unsafe fn switched_out(
         flush(st)?;
     }
     if exiting {
-        forget_current();
+        forget_current(task);
         return Ok(());
     }
     (*st).out_ns = now;
@@ -179,7 +118,9 @@ fn try_sched_switch(ctx: &TracePointContext) -> Result<(), u32> {
     // The outgoing task is current.
     let prev: i32 =
         record_field::<i32, { slot::SCHED_SWITCH_PREV_PID }>(ctx, &SCHED_SWITCH_PREV_PID_OFFSET)?;
-    if let Some(st) = current_thread(prev as u32)? {
+    // The outgoing task is current: one pointer to it for its entry and its bookkeeping.
+    let task = CurrentTask::get();
+    if let Some(st) = current_thread(&task, prev as u32)? {
         let prev_state: u64 = if global(&SCHED_SWITCH_PREV_STATE_SIZE) == 8 {
             record_field::<u64, { slot::SCHED_SWITCH_PREV_STATE_8 }>(
                 ctx,
@@ -191,7 +132,6 @@ fn try_sched_switch(ctx: &TracePointContext) -> Result<(), u32> {
                 &SCHED_SWITCH_PREV_STATE_OFFSET,
             )?)
         };
-        let task = CurrentTask::get();
         let now = task.rq_clock();
         // SAFETY: `st` is this thread's live entry, and the thread is current (see
         // `switched_out`).
@@ -230,7 +170,8 @@ pub fn sched_process_exit(_ctx: TracePointContext) -> u32 {
     run(|| {
         // The exiting thread is current: its tally goes into the sums now. (Its last
         // switch-out, state X, flushes what little comes after and removes the entry.)
-        match current_entry(bpf_get_current_pid_tgid() as u32) {
+        let task = CurrentTask::get();
+        match current_entry(&task, task.tid()) {
             // SAFETY: see `switched_out`.
             Some(st) => unsafe { flush(st) },
             None => Ok(()),

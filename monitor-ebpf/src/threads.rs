@@ -3,10 +3,11 @@
 //! and this CPU's cache of what it knows about the thread it runs, so an untracked thread's
 //! events cost no lookup after the first. Every program looks up only the current task's entry,
 //! which task-local storage finds through the task itself, with no hash.
+use crate::task::CurrentTask;
 use crate::{current_task, CPU_CURRENT, WATCH_GENERATION};
 use aya_ebpf::{
     bindings::{bpf_map_type::BPF_MAP_TYPE_TASK_STORAGE, BPF_F_NO_PREALLOC},
-    helpers::{bpf_get_current_task_btf, bpf_task_storage_delete, bpf_task_storage_get},
+    helpers::{bpf_task_storage_delete, bpf_task_storage_get},
     macros::btf_map,
 };
 use monitor_common::{cpu_current, probe_stat, task_thread, CpuCurrent, TaskKey, ThreadState};
@@ -38,7 +39,7 @@ impl<T> TaskStorage<T> {
 
     /// The current task's value; with `init`, created from it when absent.
     #[inline(always)]
-    fn current(&self, init: Option<&T>) -> Option<*mut T> {
+    fn current(&self, task: &CurrentTask, init: Option<&T>) -> Option<*mut T> {
         let (value, flags) = match init {
             Some(v) => (v as *const T as *mut core::ffi::c_void, 1), // F_CREATE
             None => (core::ptr::null_mut(), 0),
@@ -47,7 +48,7 @@ impl<T> TaskStorage<T> {
         let p = unsafe {
             bpf_task_storage_get(
                 self as *const Self as *mut core::ffi::c_void,
-                bpf_get_current_task_btf() as *mut _,
+                task.as_ptr(),
                 value,
                 flags,
             )
@@ -57,13 +58,10 @@ impl<T> TaskStorage<T> {
 
     /// Drops the current task's value.
     #[inline(always)]
-    fn delete_current(&self) {
+    fn delete_current(&self, task: &CurrentTask) {
         // SAFETY: as for `current`.
         unsafe {
-            bpf_task_storage_delete(
-                self as *const Self as *mut core::ffi::c_void,
-                bpf_get_current_task_btf() as *mut _,
-            );
+            bpf_task_storage_delete(self as *const Self as *mut core::ffi::c_void, task.as_ptr());
         }
     }
 }
@@ -73,8 +71,8 @@ static THREADS: TaskStorage<ThreadState> = TaskStorage::new();
 
 /// Drops the current thread's entry (it is exiting).
 #[inline(always)]
-pub(crate) fn forget_current() {
-    THREADS.delete_current();
+pub(crate) fn forget_current(task: &CurrentTask) {
+    THREADS.delete_current(task);
 }
 
 /// The task a thread's tally and reads are summed into.
@@ -96,8 +94,8 @@ pub(crate) unsafe fn thread_task(st: *const ThreadState) -> TaskKey {
 
 /// The current thread's entry, if it is tracked.
 #[inline(always)]
-pub(crate) fn thread() -> Option<*mut ThreadState> {
-    THREADS.current(None)
+fn thread(task: &CurrentTask) -> Option<*mut ThreadState> {
+    THREADS.current(task, None)
 }
 
 /// This CPU's cache slot, claimed for `tid` (the current thread) when it describes another one:
@@ -125,14 +123,14 @@ pub(crate) fn may_be_tracked(known: u32) -> bool {
 /// The current thread `tid`'s entry, if it has one: no lookup when this CPU already knows it has
 /// none.
 #[inline(always)]
-pub(crate) fn current_entry(tid: u32) -> Option<*mut ThreadState> {
+pub(crate) fn current_entry(task: &CurrentTask, tid: u32) -> Option<*mut ThreadState> {
     if let Some(c) = cpu_current(tid) {
         // SAFETY: see `cpu_current`.
         if !may_be_tracked(unsafe { (*c).known }) {
             return None;
         }
     }
-    thread()
+    thread(task)
 }
 
 /// The entry of the current thread `tid`: found by tid (a thread has one only if its cgroup was
@@ -140,7 +138,10 @@ pub(crate) fn current_entry(tid: u32) -> Option<*mut ThreadState> {
 /// about an untracked thread goes into this CPU's cache, so that thread's next events skip the
 /// lookups. The caller passes the tid because `sched_switch` has it in its record, for free.
 #[inline(always)]
-pub(crate) fn current_thread(tid: u32) -> Result<Option<*mut ThreadState>, u32> {
+pub(crate) fn current_thread(
+    task: &CurrentTask,
+    tid: u32,
+) -> Result<Option<*mut ThreadState>, u32> {
     if tid == 0 {
         return Ok(None); // the idle task
     }
@@ -148,7 +149,7 @@ pub(crate) fn current_thread(tid: u32) -> Result<Option<*mut ThreadState>, u32> 
     // SAFETY: see `cpu_current`.
     let known = cache.map_or(cpu_current::UNKNOWN, |c| unsafe { (*c).known });
     if may_be_tracked(known) {
-        if let Some(st) = thread() {
+        if let Some(st) = thread(task) {
             if let Some(c) = cache {
                 // SAFETY: see `cpu_current`.
                 unsafe { (*c).known = cpu_current::TRACKED };
@@ -182,7 +183,7 @@ pub(crate) fn current_thread(tid: u32) -> Result<Option<*mut ThreadState>, u32> 
         ..ThreadState::default()
     };
     let entry = THREADS
-        .current(Some(&st))
+        .current(task, Some(&st))
         .ok_or(probe_stat::MAP_UPDATE_FAILED)?;
     if let Some(c) = cache {
         // SAFETY: see `cpu_current`.

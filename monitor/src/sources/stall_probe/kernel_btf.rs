@@ -493,9 +493,16 @@ mod tests {
     }
 
     #[test]
-    fn reads_this_kernels_scheduler_fields() {
+    fn reads_this_kernels_task_fields() {
         // The real file: CI's kernel and the GPU host's have one.
         let btf = KernelBtf::load().expect("this kernel's BTF");
+        let pid = btf.member_offset("task_struct", &["pid"]).unwrap();
+        let tgid = btf.member_offset("task_struct", &["tgid"]).unwrap();
+        assert_eq!(
+            tgid,
+            pid + 4,
+            "the thread id, then its process's (both pid_t)"
+        );
         let info = btf.member_offset("task_struct", &["sched_info"]).unwrap();
         let delay = btf
             .member_offset("task_struct", &["sched_info", "run_delay"])

@@ -202,7 +202,7 @@ fn offsets(tracefs: &Path) -> Result<Offsets, ProbeError> {
             prev_state,
         ),
     ];
-    globals.extend(scheduler_offsets(&KernelBtf::load()?)?);
+    globals.extend(task_offsets(&KernelBtf::load()?)?);
     let mut missing = Vec::new();
     let reads = match f("syscalls", "sys_exit_read", "ret") {
         Ok(ret) => {
@@ -284,10 +284,15 @@ impl Offsets {
     }
 }
 
-/// Where `sched_switch` finds the scheduler's own bookkeeping: the switched-out task's run-queue
-/// wait and last switch-in, and its run queue's clock (see `monitor_common::ThreadState`).
-fn scheduler_offsets(btf: &KernelBtf) -> Result<Vec<(&'static str, u32)>, BtfError> {
+/// What the programs load from the current task: its thread id, and where `sched_switch` finds
+/// the scheduler's own bookkeeping: the switched-out task's run-queue wait and last switch-in,
+/// and its run queue's clock (see `monitor_common::ThreadState`).
+fn task_offsets(btf: &KernelBtf) -> Result<Vec<(&'static str, u32)>, BtfError> {
     Ok(vec![
+        (
+            "TASK_PID_OFFSET",
+            btf.member_offset("task_struct", &["pid"])?,
+        ),
         (
             "TASK_RUN_DELAY_OFFSET",
             btf.member_offset("task_struct", &["sched_info", "run_delay"])?,
