@@ -319,8 +319,21 @@ impl Rates {
 struct Stats {
     empty: ProgramTotals,
     full: ProgramTotals,
+    /// Each pass's kernel time per event, all programs together, in the order run: a round's
+    /// empty and full passes ran back to back, so their ratio leaves out the drift between rounds.
+    empty_per_pass: Vec<f64>,
+    full_per_pass: Vec<f64>,
     sampled_reads: IoStats,
     every_read: IoStats,
+}
+
+/// The programs' kernel time per event in one pass, all programs together.
+fn ns_per_event(probe: &StallProbe) -> f64 {
+    let (cnt, ns) = probe
+        .program_stats()
+        .into_iter()
+        .fold((0u64, 0u64), |(c, n), (_, cnt, ns)| (c + cnt, n + ns));
+    ns as f64 / cnt.max(1) as f64
 }
 
 /// Adds the reads the probe saw in cgroup `watched` to `into`.
@@ -384,6 +397,7 @@ fn run_arm(bench: &Bench, load: Load, arm: Arm, stats: Option<&mut Stats>) -> an
             let rate = run()?;
             if let Some(s) = stats {
                 add_program_stats(&mut s.empty, &probe);
+                s.empty_per_pass.push(ns_per_event(&probe));
             }
             Ok(rate)
         }
@@ -393,6 +407,7 @@ fn run_arm(bench: &Bench, load: Load, arm: Arm, stats: Option<&mut Stats>) -> an
             let rate = run()?;
             if let Some(s) = stats {
                 add_program_stats(&mut s.full, &probe);
+                s.full_per_pass.push(ns_per_event(&probe));
                 add_reads(&mut s.sampled_reads, &mut probe, bench.watched)?;
             }
             Ok(rate)
@@ -497,6 +512,10 @@ fn print_per_event(title: &str, stats: &mut Stats) {
     let (cnt, per) = per_event(&stats.full, None);
     let (_, floor) = per_event(&stats.empty, None);
     println!("{:<22} {cnt:>14} {per:>12.1} {floor:>18.1}", "all");
+    println!(
+        "all programs over the empty floor: {}",
+        ratio_summary(&stats.empty_per_pass, &stats.full_per_pass)
+    );
     let (a, b) = (&stats.sampled_reads, &stats.every_read);
     let mean_us = |s: &IoStats| s.total_ns as f64 / s.count.max(1) as f64 / 1e3;
     let weighed: u64 = a.hist.iter().sum();
