@@ -6,12 +6,14 @@
 #![no_std]
 
 pub mod block;
+pub mod cuda;
 pub mod reads;
 pub mod record_fields;
 pub mod sched;
 pub mod threads;
 
 pub use block::{RequestKey, RequestStart};
+pub use cuda::{CopyStats, CudaCall, CudaStats};
 pub use reads::{read_clock, PendingReads, FLUSH_PENDING_READS, READ_SAMPLE_WEIGHT, READ_UNTIMED};
 pub use sched::{
     thread_state, PendingTimes, TaskTimes, FLUSH_PENDING_NS, FLUSH_PENDING_SWITCHES, TASK_EXITING,
@@ -119,6 +121,7 @@ mod user {
     unsafe impl aya::Pod for super::CpuCurrent {}
     unsafe impl aya::Pod for super::RequestKey {}
     unsafe impl aya::Pod for super::RequestStart {}
+    unsafe impl aya::Pod for super::CudaStats {}
 }
 
 #[cfg(test)]
