@@ -36,6 +36,7 @@ internal_events! {
     ProbeEntriesEvicted => "probe_entries_evicted", warn;
     ProbeFilterFull => "probe_filter_full", warn;
     ProbeIoAttachFailed => "probe_io_attach_failed", warn;
+    CudaProbeAttachFailed => "cuda_probe_attach_failed", warn;
     NotificationFailed => "notification_failed", warn;
     NotificationDropped => "notification_dropped", warn;
     NotificationRateLimited => "notification_rate_limited", warn;

@@ -476,6 +476,8 @@ mod tests {
             trainer_wait_fraction: Some(0.6),
             sm_activity_fraction: None,
             loader: None,
+            host: None,
+            host_bound_share: None,
             cpu_throttled_fraction: None,
             evidence: Vec::new(),
             advice: "The data loader is CPU-bound.".into(),

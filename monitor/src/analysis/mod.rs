@@ -5,6 +5,7 @@
 //! here with the facts only.
 pub mod container_config;
 pub mod headroom;
+pub mod host_side;
 pub mod ranks;
 pub mod verdict;
 

@@ -17,11 +17,14 @@
 //! `loader_saturated`, in proportion below. A workload whose GPU idles at least `gpu_bound_idle_max` of
 //! the time with a loader busy at least `loader_saturated` is input-bound: I/O when the loader
 //! is mostly blocked in D state, CPU when it is mostly on a CPU or in the run queue, or held back
-//! by a CPU quota. When the loader is not saturated but the GPU processes themselves are busy
-//! on the host (kernel launches, Python, synchronisation), the training step is the bottleneck:
-//! GPU-bound, with the host-side share named in the advice. A GPU-bound workload whose kernels
-//! keep few of the SMs busy gets its own verdict: the GPU is "busy" doing little.
-use crate::model::{LoaderSummary, Verdict, VerdictKind};
+//! by a CPU quota. When the loader is not saturated, the host side of the step is looked at
+//! (`host_side`): copies, kernel launches, synchronisation or the training loop's own CPU work,
+//! each a verdict of its own. GPU-bound is said only of a GPU idle less than
+//! `gpu_bound_idle_max`; one whose kernels keep few of the SMs busy gets its own verdict: the
+//! GPU is "busy" doing little. Idle is said only when the GPU, the loader and the training loop
+//! all do (almost) nothing.
+use super::host_side;
+use crate::model::{HostSide, LoaderSummary, Verdict, VerdictKind};
 use crate::model::{ProcessRole, SourceState, Workload};
 use serde::Deserialize;
 
@@ -52,6 +55,22 @@ pub struct VerdictConfig {
     /// the straggler the others wait for (the nvidia-smi article: the GPUs of a DDP job should
     /// move together within 5 %).
     pub straggler_spread_points: f64,
+    /// Share of the window the training loop spends in copies between host and GPU (CUDA
+    /// calls traced) from which they are the cause.
+    pub copy_share_min: f64,
+    /// Share of the window the training loop waits in synchronisations while the GPU has
+    /// nothing to run from which that is the cause.
+    pub sync_idle_min: f64,
+    /// Estimated share of the training loop's time spent launching kernels from which the
+    /// launches are the cause.
+    pub launch_share_min: f64,
+    /// Host time one kernel launch takes, µs: a one-element-kernel loop in eager PyTorch ran
+    /// 133,000 launches a second on one thread of an H100 host (7.5 µs each).
+    pub launch_host_us: f64,
+    /// PCIe traffic (both directions, bytes/s) from which copies are the cause when the CUDA
+    /// calls are not traced: a pageable-copy step moved 5.1 GB/s on the H100 host, a
+    /// launch-bound loop 0.2.
+    pub pcie_busy_bytes_per_second: f64,
 }
 
 impl Default for VerdictConfig {
@@ -66,7 +85,54 @@ impl Default for VerdictConfig {
             throttled_min: 0.1,
             sm_active_min: 0.3,
             straggler_spread_points: 5.0,
+            copy_share_min: 0.2,
+            sync_idle_min: 0.3,
+            launch_share_min: 0.3,
+            launch_host_us: 7.5,
+            pcie_busy_bytes_per_second: 1e9,
         }
+    }
+}
+
+impl VerdictConfig {
+    pub fn validate(&self) -> Result<(), crate::field_error::FieldError> {
+        let shares = [
+            ("gpu_bound_idle_max", self.gpu_bound_idle_max),
+            ("idle_busy_max", self.idle_busy_max),
+            ("loader_idle", self.loader_idle),
+            ("loader_saturated", self.loader_saturated),
+            ("step_busy_min", self.step_busy_min),
+            ("io_share_min", self.io_share_min),
+            ("throttled_min", self.throttled_min),
+            ("sm_active_min", self.sm_active_min),
+            ("copy_share_min", self.copy_share_min),
+            ("sync_idle_min", self.sync_idle_min),
+            ("launch_share_min", self.launch_share_min),
+        ];
+        for (field, v) in shares {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(crate::field_error::FieldError::new(
+                    field,
+                    format!("{v} is not a share (0–1)"),
+                ));
+            }
+        }
+        for (field, v) in [
+            ("straggler_spread_points", self.straggler_spread_points),
+            ("launch_host_us", self.launch_host_us),
+            (
+                "pcie_busy_bytes_per_second",
+                self.pcie_busy_bytes_per_second,
+            ),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(crate::field_error::FieldError::new(
+                    field,
+                    format!("{v} is not a positive number"),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -112,7 +178,9 @@ fn loader_summary(w: &Workload, window: f64) -> Option<LoaderSummary> {
         // traced time, all threads, is below the window). Weighted by its busy time below, so
         // processes that mostly wait for others (a parent in wait(), a helper on a pipe) do not
         // dilute the workers that do the loading.
-        let traced = busy + p.sleep_seconds;
+        // (A GPU process standing in counts its CPU time as traced, not as loader work: the
+        // share is of its whole time, so a loop busy on the CPU does not read as a reader.)
+        let traced = p.on_cpu_seconds + p.runq_seconds + p.blocked_seconds + p.sleep_seconds;
         let share = (busy / traced.min(window).max(busy)).min(1.0);
         cpu += c;
         runq += r;
@@ -248,18 +316,25 @@ fn loader_evidence(
         ));
     }
     if let Some(l) = loader {
-        let who = if l.in_gpu_process {
-            "the GPU process itself (no loader processes)".to_owned()
+        evidence.push(if l.in_gpu_process {
+            // Only the GPU processes' blocked time is loader evidence (their CPU time is the
+            // step's own): the training loop's line says what else they did.
+            format!(
+                "no loader processes (num_workers=0): reading their own data blocked the GPU \
+                 processes {} of the window",
+                pct(l.busy_fraction)
+            )
         } else {
-            format!("{} loader process(es)", l.processes)
-        };
-        evidence.push(format!(
-            "{who} busy {} of the window: on CPU {}, waiting for a CPU {}, blocked on I/O {} of that",
-            pct(l.busy_fraction),
-            pct(l.on_cpu_share),
-            pct(l.runq_share),
-            pct(l.blocked_share)
-        ));
+            format!(
+                "{} loader process(es) busy {} of the window: on CPU {}, waiting for a CPU {}, \
+                 blocked on I/O {} of that",
+                l.processes,
+                pct(l.busy_fraction),
+                pct(l.on_cpu_share),
+                pct(l.runq_share),
+                pct(l.blocked_share)
+            )
+        });
     }
     if let Some(t) = wait {
         evidence.push(format!(
@@ -299,6 +374,18 @@ fn loader_evidence(
     evidence
 }
 
+/// The PCIe traffic (both directions, bytes/s) of the GPUs the workload holds alone, `None`
+/// where none was measured.
+fn pcie(w: &Workload) -> Option<f64> {
+    let v: Vec<f64> = w
+        .gpu
+        .per_gpu
+        .iter()
+        .filter_map(|g| g.pcie_bytes_per_second)
+        .collect();
+    (!v.is_empty()).then(|| v.iter().sum())
+}
+
 /// The verdict for one workload, or `None` when it holds no GPU or the window is unknown.
 pub fn assess(
     w: &Workload,
@@ -315,10 +402,13 @@ pub fn assess(
     };
     let idle = (1.0 - busy).max(0.0);
     let throttled = w.cpu.and_then(|c| c.throttled_fraction);
-    let loader = if ebpf.up {
-        loader_summary(w, window)
+    let (loader, host) = if ebpf.up {
+        (
+            loader_summary(w, window),
+            host_side::host_side(w, window, busy, pcie(w), config),
+        )
     } else {
-        None
+        (None, None)
     };
     let wait = loader
         .as_ref()
@@ -326,20 +416,23 @@ pub fn assess(
     let sm = sm_activity(w);
     let mut evidence = gpu_evidence(w, busy, sm);
     evidence.extend(loader_evidence(w, window, loader.as_ref(), wait, throttled));
+    if let Some(h) = &host {
+        evidence.extend(host_side::evidence(w, h, window));
+    }
     let facts = Facts {
         w,
-        window,
         busy,
         idle,
         throttled,
         loader,
+        host,
         sm,
         ebpf,
         config,
     };
-    let (kind, advice) = facts.classify();
+    let judged = facts.classify();
     Some(Verdict {
-        kind,
+        kind: judged.kind,
         gpu_busy_fraction: busy,
         gpu_idle_fraction: idle,
         input_bound_share: wait
@@ -348,9 +441,11 @@ pub fn assess(
         trainer_wait_fraction: wait,
         sm_activity_fraction: sm,
         loader,
+        host,
+        host_bound_share: judged.host_share,
         cpu_throttled_fraction: throttled,
         evidence,
-        advice,
+        advice: judged.advice,
     })
 }
 
@@ -373,6 +468,8 @@ fn unknown_busy(w: &Workload) -> Verdict {
         trainer_wait_fraction: None,
         sm_activity_fraction: None,
         loader: None,
+        host: None,
+        host_bound_share: None,
         cpu_throttled_fraction: w.cpu.and_then(|c| c.throttled_fraction),
         evidence: vec![format!("GPU busy share unknown: {why}")],
         advice: format!("The GPU busy share of this workload is unknown: {why}."),
@@ -382,22 +479,39 @@ fn unknown_busy(w: &Workload) -> Verdict {
 /// What the classification looks at.
 struct Facts<'a> {
     w: &'a Workload,
-    window: f64,
     busy: f64,
     idle: f64,
     throttled: Option<f64>,
     loader: Option<LoaderSummary>,
+    host: Option<HostSide>,
     sm: Option<f64>,
     ebpf: &'a SourceState,
     config: &'a VerdictConfig,
 }
 
+/// A classification: the kind, the advice, and for a host-side kind its cause's share.
+struct Judged {
+    kind: VerdictKind,
+    advice: String,
+    host_share: Option<f64>,
+}
+
+impl Judged {
+    fn new(kind: VerdictKind, advice: String) -> Self {
+        Self {
+            kind,
+            advice,
+            host_share: None,
+        }
+    }
+}
+
 impl Facts<'_> {
-    fn classify(&self) -> (VerdictKind, String) {
+    fn classify(&self) -> Judged {
         let (busy, idle, config) = (self.busy, self.idle, self.config);
         if idle < config.gpu_bound_idle_max {
             return match self.sm.filter(|s| *s < config.sm_active_min) {
-                Some(s) => (
+                Some(s) => Judged::new(
                     VerdictKind::LowSmActivity,
                     format!(
                         "The GPU is busy {} of the time, but while its kernels run only {} of the SMs work: each kernel is too small to fill the GPU (tiny kernels, a launch-bound step, or a batch too small). Raise the batch size, fuse small operations (torch.compile), or capture the step in CUDA graphs; a faster data loader will not help.",
@@ -405,7 +519,7 @@ impl Facts<'_> {
                         pct(s)
                     ),
                 ),
-                None => (
+                None => Judged::new(
                     VerdictKind::GpuBound,
                     format!(
                         "The GPU is the bottleneck (busy {}): the loader keeps up. Larger batches, mixed precision (AMP) or a lighter model are the levers; more loader workers will not help.",
@@ -415,7 +529,7 @@ impl Facts<'_> {
             };
         }
         if !self.ebpf.up {
-            return (
+            return Judged::new(
                 VerdictKind::Unknown,
                 format!(
                     "The GPU idles {} of the time; {}. Without it the loader cannot be examined.",
@@ -428,31 +542,39 @@ impl Facts<'_> {
             );
         }
         let throttled_hard = self.throttled.is_some_and(|t| t >= config.throttled_min);
-        if busy < config.idle_busy_max
-            && self
-                .loader
-                .as_ref()
-                .is_none_or(|l| l.busy_fraction <= config.loader_idle)
-            && !throttled_hard
-        {
-            return (
+        let loader_idle = self
+            .loader
+            .as_ref()
+            .is_none_or(|l| l.busy_fraction <= config.loader_idle);
+        let trainer_idle = self
+            .host
+            .as_ref()
+            .is_none_or(|h| h.trainer_busy_fraction <= config.loader_idle);
+        if busy < config.idle_busy_max && loader_idle && trainer_idle && !throttled_hard {
+            return Judged::new(
                 VerdictKind::Idle,
                 format!(
-                    "No GPU work and no loader work in the window, while {:.1} GiB of GPU memory is held. If the job is finished or stuck, stop it to free the GPU.",
+                    "No GPU work, no loader work and a training loop that does nothing in the window, while {:.1} GiB of GPU memory is held. If the job is finished or stuck, stop it to free the GPU.",
                     self.w.gpu.memory_bytes as f64 / (1u64 << 30) as f64
                 ),
             );
         }
-        self.input_or_step(throttled_hard)
+        self.input_or_host(throttled_hard, loader_idle)
     }
 
-    /// A GPU that idles: the loader, the quota, or the step itself.
-    fn input_or_step(&self, throttled_hard: bool) -> (VerdictKind, String) {
+    /// A GPU that idles: the loader, the quota, or the host side of the step.
+    fn input_or_host(&self, throttled_hard: bool, loader_idle: bool) -> Judged {
         let (idle, config) = (self.idle, self.config);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let saturated = |l: &LoaderSummary| l.busy_fraction >= config.loader_saturated;
+        let host_busy = self
+            .host
+            .as_ref()
+            .is_some_and(|h| h.trainer_busy_fraction >= config.step_busy_min);
         match &self.loader {
-            Some(_) if throttled_hard => (
+            // The quota holds back a loader that works; a busy training loop with an idle loader
+            // is the host side's, with the quota named in its advice.
+            Some(_) if throttled_hard && !(loader_idle && host_busy) => Judged::new(
                 VerdictKind::InputBoundCpu,
                 format!(
                     "The container's CPU quota ({}) throttles it {} of the time while the GPU idles {}: raise the quota (docker --cpus) or use fewer, cheaper augmentations.",
@@ -461,7 +583,7 @@ impl Facts<'_> {
                     pct(idle)
                 ),
             ),
-            Some(l) if saturated(l) && l.blocked_share >= config.io_share_min => (
+            Some(l) if saturated(l) && l.blocked_share >= config.io_share_min => Judged::new(
                 VerdictKind::InputBoundIo,
                 format!(
                     "The data loader waits on storage ({} of its busy time blocked on I/O) while the GPU idles {}: cache the dataset in RAM or on local NVMe, pack small files into larger shards, or raise num_workers to keep more reads in flight.",
@@ -469,7 +591,7 @@ impl Facts<'_> {
                     pct(idle)
                 ),
             ),
-            Some(l) if saturated(l) => (
+            Some(l) if saturated(l) => Judged::new(
                 VerdictKind::InputBoundCpu,
                 format!(
                     "The data loader is CPU-bound (on CPU {}, waiting for a CPU {} of its busy time) while the GPU idles {}: raise num_workers (this host has {cores} cores), lower imgsz, or move augmentation to the GPU.",
@@ -478,38 +600,37 @@ impl Facts<'_> {
                     pct(idle)
                 ),
             ),
-            loader => match self.step_busy().filter(|b| *b >= config.step_busy_min) {
-                Some(step) => (
-                    VerdictKind::GpuBound,
-                    format!(
-                        "The loader keeps up (busy {}); the training step itself is the bottleneck, and the GPU is busy only {} of it: the rest is host-side work in the GPU process (kernel launches, Python, synchronisation; on CPU {} of the time). Larger batches, CUDA graphs or torch.compile, and fewer host syncs raise GPU use; more loader workers will not.",
-                        loader.as_ref().map_or("-".to_owned(), |l| pct(l.busy_fraction)),
-                        pct(self.busy),
-                        pct(step)
-                    ),
-                ),
-                None => (
-                    VerdictKind::Unknown,
-                    format!(
-                        "The GPU idles {} of the time but the loader is not saturated: the wait is elsewhere (host-to-device copies, synchronisation, Python overhead, or the job waits on something outside the container).",
-                        pct(idle)
-                    ),
-                ),
-            },
+            _ => self.host_side(throttled_hard),
         }
     }
 
-    /// How busy the GPU processes are on the host: launching kernels, Python, synchronising.
-    fn step_busy(&self) -> Option<f64> {
-        self.w.stalls.as_ref().map(|s| {
-            let gpu: Vec<_> = s
-                .processes
-                .iter()
-                .filter(|p| p.role == ProcessRole::Gpu)
-                .collect();
-            let busy: f64 = gpu.iter().map(|p| p.on_cpu_seconds + p.runq_seconds).sum();
-            (busy / self.window / gpu.len().max(1) as f64).min(1.0)
-        })
+    /// The host side of the step, or unknown when no cause reaches its threshold.
+    fn host_side(&self, throttled_hard: bool) -> Judged {
+        let (idle, config) = (self.idle, self.config);
+        let cause = self
+            .host
+            .as_ref()
+            .and_then(|h| Some((h, host_side::cause(h, self.busy, self.sm, config)?)));
+        let Some((h, (kind, share))) = cause else {
+            return Judged::new(
+                VerdictKind::Unknown,
+                format!(
+                    "The GPU idles {} of the time, but neither the loader nor the training loop is busy enough to be the cause: the job may wait on something outside the container (a network file system, another job, a lock), or its work comes in bursts shorter than the window.",
+                    pct(idle)
+                ),
+            );
+        };
+        let quota = throttled_hard.then(|| {
+            (
+                self.throttled.unwrap_or(0.0),
+                self.w.cpu.and_then(|c| c.limit_cores),
+            )
+        });
+        Judged {
+            kind,
+            advice: host_side::advice(kind, self.w, h, idle, quota),
+            host_share: share,
+        }
     }
 }
 
@@ -521,8 +642,8 @@ fn fmt_ms(v: Option<f64>) -> String {
 mod tests {
     use super::*;
     use crate::model::{
-        CpuUsage, IoSummary, ProcessStall, SplitMethod, StallWindow, ThreadTimes, WorkloadGpu,
-        WorkloadGpuShare,
+        CpuUsage, CudaCalls, CudaProcessCalls, CudaWindow, IoSummary, ProcessStall, SplitMethod,
+        StallWindow, ThreadTimes, Transfer, WorkloadGpu, WorkloadGpuShare,
     };
     use crate::model::{WorkloadId, WorkloadKind};
     use std::collections::BTreeMap;
@@ -596,6 +717,7 @@ mod tests {
                 disk: IoSummary::default(),
                 io_traced: true,
             }),
+            cuda: None,
             verdict: None,
             oom_headroom: None,
             config: None,
@@ -684,12 +806,14 @@ mod tests {
     }
 
     #[test]
-    fn a_busy_gpu_is_gpu_bound_and_a_busy_step_too() {
+    fn a_busy_gpu_is_gpu_bound_and_a_busy_step_on_an_idling_gpu_is_host_bound() {
         let v = assess1(&workload(0.9, vec![proc(1, GPU, 0.9, 0.0, 0.0, 0.1)], None));
         assert_eq!(v.kind, VerdictKind::GpuBound);
         assert!(v.input_bound_share.unwrap() < 0.01);
-        // GPU 58 % busy, loader idle, the GPU process busy on the host: the step itself. Its
-        // main thread waited 5 % of the window: that, not the idle 42 %, is the input share.
+        // GPU 58 % busy, loader idle, the GPU process busy on the host: the step itself, on the
+        // host side (this read "GPU-bound" before, with the GPU idle 42 %). Without CUDA calls
+        // traced, PCIe or GPM, its own CPU work. Its main thread waited 5 % of the window: that,
+        // not the idle 42 %, is the input share.
         let v = assess1(&workload(
             0.58,
             vec![
@@ -706,8 +830,13 @@ mod tests {
             ],
             None,
         ));
-        assert_eq!(v.kind, VerdictKind::GpuBound);
-        assert!(v.advice.contains("host-side"), "{}", v.advice);
+        assert_eq!(v.kind, VerdictKind::HostCpu);
+        assert!(
+            v.advice.contains("busy on the CPU with its own work (95%"),
+            "{}",
+            v.advice
+        );
+        assert_eq!(v.host_bound_share, Some(0.95));
         // ... and the loader, busy 8 % of the window, is saturated 8/60 of the way.
         let share = v.input_bound_share.unwrap();
         assert!((share - 0.05 * 0.08 / 0.6).abs() < 1e-9, "{share}");
@@ -825,6 +954,209 @@ mod tests {
         let v = assess1(&workload(0.1, p, None));
         assert!(v.loader.unwrap().busy_fraction > 0.9, "{:?}", v.loader);
         assert_eq!(v.kind, VerdictKind::InputBoundIo);
+    }
+
+    /// A training loop on a GPU `busy` of a 1-s window: its main thread on a CPU `on_cpu` of
+    /// the window, with these CUDA calls traced (its main thread's, launches all its own).
+    fn host_job(busy: f64, on_cpu: f64, calls: Option<CudaCalls>) -> Workload {
+        let mut w = workload(
+            busy,
+            vec![trainer(
+                1,
+                (on_cpu, 1.0 - on_cpu),
+                ThreadTimes {
+                    on_cpu_seconds: on_cpu,
+                    sleep_seconds: 1.0 - on_cpu,
+                    ..Default::default()
+                },
+            )],
+            None,
+        );
+        w.cuda = calls.map(|c| CudaWindow {
+            traced: true,
+            total: c,
+            processes: vec![CudaProcessCalls {
+                pid: 1,
+                calls: c,
+                main_thread: c,
+            }],
+        });
+        w
+    }
+
+    fn copies(seconds: f64) -> CudaCalls {
+        CudaCalls {
+            h2d: Transfer {
+                count: 10,
+                bytes: 10 << 26,
+                call_seconds: seconds,
+                wait_seconds: 0.0,
+            },
+            ..Default::default()
+        }
+    }
+
+    fn kind_of(w: &Workload) -> VerdictKind {
+        assess1(w).kind
+    }
+
+    #[test]
+    fn the_gpu_bound_threshold_is_the_idle_share() {
+        // idle 0.24: GPU-bound whatever the host does; idle 0.26: the host side is looked at.
+        assert_eq!(kind_of(&host_job(0.76, 0.9, None)), VerdictKind::GpuBound);
+        assert_eq!(kind_of(&host_job(0.74, 0.9, None)), VerdictKind::HostCpu);
+    }
+
+    #[test]
+    fn copies_are_the_cause_from_their_threshold() {
+        // The loop busy 0.6 of the window: copies 0.21 (its own CPU 0.39, under 0.5) are the
+        // cause; at 0.19 no cause reaches its threshold.
+        let v = assess1(&host_job(0.3, 0.6, Some(copies(0.21))));
+        assert_eq!(v.kind, VerdictKind::HostTransfers);
+        assert!((v.host_bound_share.unwrap() - 0.21).abs() < 1e-9);
+        assert!(v.advice.contains("pageable"), "{}", v.advice);
+        assert_eq!(
+            kind_of(&host_job(0.3, 0.6, Some(copies(0.19)))),
+            VerdictKind::Unknown
+        );
+        // The largest cause wins: copies 0.21 beside 0.69 of its own CPU work is CPU.
+        assert_eq!(
+            kind_of(&host_job(0.3, 0.9, Some(copies(0.21)))),
+            VerdictKind::HostCpu
+        );
+        // Pinned copies return at once; the wait after them is what held the loop.
+        let mut pinned = copies(0.01);
+        pinned.h2d.wait_seconds = 0.5;
+        let v = assess1(&host_job(0.3, 0.6, Some(pinned)));
+        assert_eq!(v.kind, VerdictKind::HostTransfers);
+        assert!(v.advice.contains("do not overlap"), "{}", v.advice);
+    }
+
+    #[test]
+    fn a_wait_in_synchronise_beyond_the_gpus_busy_share_is_sync() {
+        let sync = |seconds| CudaCalls {
+            syncs: 100,
+            sync_seconds: seconds,
+            ..Default::default()
+        };
+        // GPU busy 0.1: a loop spinning in synchronise 0.41 of the window waited 0.31 while the
+        // GPU had nothing to run; 0.39 is 0.29.
+        let v = assess1(&host_job(0.1, 0.41, Some(sync(0.41))));
+        assert_eq!(v.kind, VerdictKind::HostSync);
+        assert!((v.host_bound_share.unwrap() - 0.31).abs() < 1e-9);
+        assert_eq!(
+            kind_of(&host_job(0.1, 0.39, Some(sync(0.39)))),
+            VerdictKind::Unknown
+        );
+        // Waiting for its own GPU work (sync 0.5, busy 0.5 on a 0.74-busy... idle GPU) is not.
+        let v = assess1(&host_job(0.5, 1.0, Some(sync(0.5))));
+        assert_eq!(v.kind, VerdictKind::HostCpu, "{:?}", v.host);
+    }
+
+    #[test]
+    fn launches_are_the_cause_from_their_estimated_share() {
+        let launches = |n| CudaCalls {
+            launches: n,
+            ..Default::default()
+        };
+        // 7.5 µs a launch: 41,334/s is 0.31 of the loop's time, 38,667/s 0.29.
+        let v = assess1(&host_job(0.3, 0.6, Some(launches(41_334))));
+        assert_eq!(v.kind, VerdictKind::HostLaunches);
+        assert!(v.advice.contains("CUDA graphs"), "{}", v.advice);
+        let h = v.host.unwrap();
+        assert!((h.gpu_us_per_launch.unwrap() - 0.3e6 / 41_334.0).abs() < 1e-9);
+        assert_eq!(
+            kind_of(&host_job(0.3, 0.6, Some(launches(38_667)))),
+            VerdictKind::Unknown
+        );
+    }
+
+    #[test]
+    fn the_loops_own_cpu_work_is_the_cause_from_its_threshold() {
+        let none = Some(CudaCalls::default());
+        assert_eq!(kind_of(&host_job(0.3, 0.51, none)), VerdictKind::HostCpu);
+        assert_eq!(kind_of(&host_job(0.3, 0.49, none)), VerdictKind::Unknown);
+        // A quota that throttles a busy loop while the loader idles is named in its advice.
+        let mut w = host_job(0.3, 0.9, none);
+        w.cpu = Some(CpuUsage {
+            usage_seconds_total: 1.0,
+            cores: Some(1.0),
+            limit_cores: Some(1.5),
+            throttled_seconds_total: Some(0.4),
+            throttled_fraction: Some(0.4),
+        });
+        let v = assess1(&w);
+        assert_eq!(v.kind, VerdictKind::HostCpu);
+        assert!(
+            v.advice.contains("quota (1.5 cores) throttles it 40%"),
+            "{}",
+            v.advice
+        );
+    }
+
+    #[test]
+    fn without_cuda_calls_pcie_and_sm_activity_tell_the_cause() {
+        let pcie = |bytes: f64| {
+            let mut w = alone_on(host_job(0.3, 0.3, None), 50.0);
+            w.gpu.per_gpu[0].pcie_bytes_per_second = Some(bytes);
+            w
+        };
+        let v = assess1(&pcie(1.01e9));
+        assert_eq!(v.kind, VerdictKind::HostTransfers);
+        assert_eq!(v.host_bound_share, None);
+        assert!(
+            v.evidence
+                .iter()
+                .any(|e| e.contains("CUDA driver calls not traced")),
+            "{:?}",
+            v.evidence
+        );
+        assert_eq!(kind_of(&pcie(0.99e9)), VerdictKind::Unknown);
+        // Kernels that keep almost no SMs busy, launched by a busy loop: launches.
+        assert_eq!(
+            kind_of(&alone_on(host_job(0.3, 0.9, None), 29.0)),
+            VerdictKind::HostLaunches
+        );
+        assert_eq!(
+            kind_of(&alone_on(host_job(0.3, 0.9, None), 31.0)),
+            VerdictKind::HostCpu
+        );
+    }
+
+    #[test]
+    fn idle_needs_an_idle_gpu_loader_and_training_loop() {
+        assert_eq!(kind_of(&host_job(0.04, 0.29, None)), VerdictKind::Idle);
+        assert_eq!(kind_of(&host_job(0.06, 0.29, None)), VerdictKind::Unknown);
+        // A loop busy on the CPU with the GPU idle (cuDNN autotuning under a quota read "idle")
+        assert_eq!(kind_of(&host_job(0.0, 0.31, None)), VerdictKind::Unknown);
+        assert_eq!(kind_of(&host_job(0.0, 0.97, None)), VerdictKind::HostCpu);
+    }
+
+    #[test]
+    fn the_loader_line_of_a_job_without_workers_names_only_its_blocked_time() {
+        // num_workers=0, its main thread on a CPU 86 % and reading 10 %: no "on CPU 0%".
+        let w = workload(0.1, vec![proc(1, GPU, 0.86, 0.0, 0.1, 0.04)], None);
+        let v = assess1(&w);
+        assert_eq!(v.kind, VerdictKind::HostCpu, "{:?}", v.loader);
+        assert!(
+            v.evidence
+                .iter()
+                .any(|e| e.contains("reading their own data blocked the GPU processes 10%")),
+            "{:?}",
+            v.evidence
+        );
+        assert!(
+            !v.evidence.iter().any(|e| e.contains("on CPU 0%")),
+            "{:?}",
+            v.evidence
+        );
+        assert!(
+            v.evidence
+                .iter()
+                .any(|e| e.contains("on a CPU or waiting for one 86%")),
+            "{:?}",
+            v.evidence
+        );
     }
 
     #[test]

@@ -232,6 +232,7 @@ impl SourceArgs {
     pub(crate) fn start_one_shot_agent(&self, config: &Config) -> Result<Agent> {
         let mut agent_config = self.agent_config(config);
         agent_config.sampler.io_tracing = agent_config.sampler.io_tracing.for_one_shot();
+        agent_config.sampler.cuda_tracing = agent_config.sampler.cuda_tracing.for_one_shot();
         Agent::start(&agent_config, std::time::Duration::from_secs(3)).context("starting the agent")
     }
 
@@ -270,6 +271,7 @@ impl SourceArgs {
                 proc_root: src.proc_root.clone(),
                 series_interval: src.nvml_series_interval,
                 io_tracing: src.read_tracing,
+                cuda_tracing: src.cuda_tracing,
                 ..SamplerConfig::default()
             },
             analysis: AnalysisConfig {

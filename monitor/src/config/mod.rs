@@ -71,6 +71,9 @@ pub struct SourcesConfig {
     /// When the read-syscall and block programs are attached: `mode` adaptive (default),
     /// always or off, `linger`, `idle_share`, `active_share`.
     pub read_tracing: crate::sampler::io_tracing::IoTracingConfig,
+    /// When the CUDA driver probes (uprobes on `libcuda.so`) are attached: `mode` adaptive
+    /// (default), always or off, `linger`, `idle_share`, `active_share`.
+    pub cuda_tracing: crate::sampler::cuda::CudaTracingConfig,
 }
 
 impl Default for SourcesConfig {
@@ -85,6 +88,7 @@ impl Default for SourcesConfig {
             proc_root: PathBuf::from("/proc"),
             nvml_series_interval: crate::sampler::DEFAULT_SERIES_INTERVAL,
             read_tracing: Default::default(),
+            cuda_tracing: Default::default(),
         }
     }
 }
@@ -145,6 +149,11 @@ impl Config {
             .read_tracing
             .validate()
             .map_err(|e| e.within("sources.read_tracing"))?;
+        self.sources
+            .cuda_tracing
+            .validate()
+            .map_err(|e| e.within("sources.cuda_tracing"))?;
+        self.verdict.validate().map_err(|e| e.within("verdict"))?;
         if self.sources.nvml_series_interval.is_zero() {
             return Err(FieldError::new(
                 "sources.nvml_series_interval",
@@ -298,18 +307,15 @@ mod tests {
 
     #[test]
     fn read_tracing_is_adaptive_by_default_and_checked() {
-        use crate::sampler::io_tracing::IoTracingMode;
+        use crate::sampler::demand::TracingMode;
         let c = parse("{}\n").unwrap();
-        assert_eq!(c.sources.read_tracing.mode, IoTracingMode::Adaptive);
+        assert_eq!(c.sources.read_tracing.mode, TracingMode::Adaptive);
         assert_eq!(c.sources.read_tracing.linger, Duration::from_secs(300));
         let one_shot = c.sources.read_tracing.for_one_shot();
-        assert_eq!(one_shot.mode, IoTracingMode::Always);
+        assert_eq!(one_shot.mode, TracingMode::Always);
         let c = parse("sources:\n  read_tracing: {mode: off, linger: 1m}\n").unwrap();
-        assert_eq!(c.sources.read_tracing.mode, IoTracingMode::Off);
-        assert_eq!(
-            c.sources.read_tracing.for_one_shot().mode,
-            IoTracingMode::Off
-        );
+        assert_eq!(c.sources.read_tracing.mode, TracingMode::Off);
+        assert_eq!(c.sources.read_tracing.for_one_shot().mode, TracingMode::Off);
         let e = parse("sources:\n  read_tracing: {idle_share: 2}\n").expect_err("not a share");
         assert!(
             e.to_string().contains("sources.read_tracing.idle_share"),

@@ -81,6 +81,29 @@ pub struct SmActivity {
     pub dram_bandwidth_percent: Option<f64>,
 }
 
+/// PCIe traffic of a GPU, averaged over a span: the evidence for copies between host and GPU.
+/// "Receive" is from the GPU's side: host-to-device copies.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct PcieTraffic {
+    pub start_unix_ms: u64,
+    pub end_unix_ms: u64,
+    /// Host to device, bytes per second.
+    pub rx_bytes_per_second: f64,
+    /// Device to host, bytes per second.
+    pub tx_bytes_per_second: f64,
+    pub source: PcieSource,
+}
+
+/// Where a GPU's PCIe figures came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PcieSource {
+    /// GPM's PCIe metrics over the span between two GPM samples (Hopper and newer).
+    Gpm,
+    /// `nvmlDeviceGetPcieThroughput`: the driver's own ~20 ms sample, once per series fetch.
+    ThroughputCounter,
+}
+
 /// What an Xid means, for the ones an operator meets most (NVIDIA's Xid catalogue).
 pub fn xid_meaning(xid: u64) -> &'static str {
     match xid {

@@ -6,6 +6,7 @@
 //! incompatible change.
 mod container;
 mod container_config;
+mod cuda;
 mod gpu;
 mod gpu_claim;
 mod headroom;
@@ -18,11 +19,17 @@ pub use container_config::{
     AllocatedGpu, ContainerConfig, CpuLimit, GpuAllocation, Memlock, MemoryLimit, ResolvedClaim,
     ShmUse,
 };
-pub use gpu::{xid_meaning, DeviceReading, GpmState, ProcessKind, ProcessReading, SmActivity};
+pub use cuda::{
+    CudaCalls, CudaProcessCalls, CudaTracingState, CudaWindow, DriverLibrary, Transfer,
+};
+pub use gpu::{
+    xid_meaning, DeviceReading, GpmState, PcieSource, PcieTraffic, ProcessKind, ProcessReading,
+    SmActivity,
+};
 pub use gpu_claim::{parse_visible_devices, ClaimVia, ClaimedDevices, DeviceRef, GpuClaim};
 pub use headroom::OomHeadroom;
 pub use ranks::{Rank, RankEnv, Straggler, StragglerBasis};
-pub use verdict::{LoaderSummary, UnknownVerdict, Verdict, VerdictKind};
+pub use verdict::{HostSide, LoaderSummary, UnknownVerdict, Verdict, VerdictKind};
 pub use workload::{CgroupMode, WorkloadId, WorkloadKind};
 
 use serde::Serialize;
@@ -74,6 +81,8 @@ pub struct Snapshot {
     pub internal_events: BTreeMap<&'static str, u64>,
     /// The eBPF probes' own health, when they are loaded.
     pub probes: Option<ProbeHealth>,
+    /// Where the CUDA driver probes stand, when they can be used.
+    pub cuda_tracing: Option<CudaTracingState>,
 }
 
 /// What the kernel side counted against itself, and what this kernel cannot trace.
@@ -178,6 +187,8 @@ pub struct Sources {
     pub nvml: SourceState,
     pub docker: SourceState,
     pub ebpf: SourceState,
+    /// The CUDA driver probes (uprobes on the driver library).
+    pub cuda: SourceState,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -214,6 +225,8 @@ pub struct Gpu {
     pub sm_activity: Option<SmActivity>,
     /// Whether this GPU offers GPM.
     pub gpm: Option<GpmState>,
+    /// PCIe traffic over the span that holds this window.
+    pub pcie: Option<PcieTraffic>,
     pub processes: Vec<GpuProcess>,
 }
 
@@ -320,6 +333,8 @@ pub struct Workload {
     pub gpu: WorkloadGpu,
     /// What the eBPF probes saw of the workload's processes in the window.
     pub stalls: Option<StallWindow>,
+    /// What its GPU processes asked of the CUDA driver in the window (uprobes).
+    pub cuda: Option<CudaWindow>,
     /// Why the GPU idles, for workloads holding a GPU (see `analysis`).
     pub verdict: Option<Verdict>,
     /// How far the batch can grow before the tightest of its GPUs runs out of memory.
@@ -353,6 +368,7 @@ impl Workload {
             memory: None,
             gpu: WorkloadGpu::default(),
             stalls: None,
+            cuda: None,
             verdict: None,
             oom_headroom: None,
             config: None,
@@ -412,6 +428,9 @@ pub struct WorkloadGpuShare {
     /// GPM: of the SMs, the share busy while a kernel ran (SM activity over engine activity,
     /// percent), when the workload is this GPU's only active holder.
     pub sm_activity_percent: Option<f64>,
+    /// The GPU's PCIe traffic, both directions (bytes/s), when the workload is its only active
+    /// holder.
+    pub pcie_bytes_per_second: Option<f64>,
     pub pids: Vec<u32>,
 }
 
@@ -426,6 +445,7 @@ impl WorkloadGpuShare {
             split: None,
             device_busy_fraction: None,
             sm_activity_percent: None,
+            pcie_bytes_per_second: None,
             pids: Vec::new(),
         }
     }
@@ -518,6 +538,7 @@ pub mod test_support {
             busy: None,
             sm_activity: None,
             gpm: None,
+            pcie: None,
             processes: Vec::new(),
         }
     }
@@ -587,11 +608,13 @@ pub mod test_support {
                 nvml: SourceState::up(),
                 docker: SourceState::up(),
                 ebpf: SourceState::up(),
+                cuda: SourceState::up(),
             },
             gpus,
             workloads,
             internal_events: BTreeMap::new(),
             probes: None,
+            cuda_tracing: None,
         }
     }
 }

@@ -10,6 +10,14 @@ use std::str::FromStr;
 pub enum VerdictKind {
     InputBoundIo,
     InputBoundCpu,
+    /// The host side of the step, in the GPU processes themselves: copies between host and GPU,
+    HostTransfers,
+    /// kernel launches (many tiny kernels, issued as fast as the host thread can),
+    HostLaunches,
+    /// the trainer's own CPU work (Python, data conversion, autotuning, logging),
+    HostCpu,
+    /// or a synchronisation that waits while the GPU has nothing to run.
+    HostSync,
     GpuBound,
     LowSmActivity,
     Idle,
@@ -17,9 +25,13 @@ pub enum VerdictKind {
 }
 
 impl VerdictKind {
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 10] = [
         Self::InputBoundIo,
         Self::InputBoundCpu,
+        Self::HostTransfers,
+        Self::HostLaunches,
+        Self::HostCpu,
+        Self::HostSync,
         Self::GpuBound,
         Self::LowSmActivity,
         Self::Idle,
@@ -30,6 +42,10 @@ impl VerdictKind {
         match self {
             Self::InputBoundIo => "input-bound: I/O",
             Self::InputBoundCpu => "input-bound: CPU",
+            Self::HostTransfers => "host-bound: transfers",
+            Self::HostLaunches => "host-bound: launches",
+            Self::HostCpu => "host-bound: CPU",
+            Self::HostSync => "host-bound: sync",
             Self::GpuBound => "GPU-bound",
             Self::LowSmActivity => "low SM activity",
             Self::Idle => "idle",
@@ -46,7 +62,7 @@ impl fmt::Display for VerdictKind {
 
 /// A verdict label that names no verdict (in a recording, say).
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?} is not a verdict (one of: input-bound: I/O, input-bound: CPU, GPU-bound, low SM activity, idle, unknown)")]
+#[error("{0:?} is not a verdict (one of: {labels})", labels = VerdictKind::ALL.map(VerdictKind::label).join(", "))]
 pub struct UnknownVerdict(pub String);
 
 impl FromStr for VerdictKind {
@@ -82,6 +98,38 @@ pub struct LoaderSummary {
     pub blocked_share: f64,
 }
 
+/// The host side of the training step in one window: what the GPU processes' main threads (the
+/// training loop) did while the GPU waited.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct HostSide {
+    /// Whether the CUDA driver calls were traced for the whole window. Without them the cause is
+    /// told from PCIe traffic, SM activity and thread states, and the shares below that need
+    /// them are `None`.
+    pub cuda_traced: bool,
+    /// The training loop's share of the window on a CPU or waiting for one (mean over the GPU
+    /// processes' main threads).
+    pub trainer_busy_fraction: f64,
+    /// Its share of the window in copies between host and GPU (in the calls and waiting for
+    /// them).
+    pub copy_share: Option<f64>,
+    /// Its share of the window in synchronisations (stream, context, event), and the part of
+    /// it the GPU had nothing to run: the sync share less the GPU's busy share.
+    pub sync_share: Option<f64>,
+    pub sync_idle_share: Option<f64>,
+    /// Kernel launches per second, all the GPU processes.
+    pub launches_per_second: Option<f64>,
+    /// The launches' estimated share of the trainer's time: launches times the host time one
+    /// launch takes (`verdict.launch_host_us`).
+    pub launch_share: Option<f64>,
+    /// GPU time per kernel launched, µs (the busy time over the launches).
+    pub gpu_us_per_launch: Option<f64>,
+    /// The trainer's own CPU work: its busy share less the time in copies and
+    /// synchronisations (a thread spinning in a synchronise is on a CPU).
+    pub own_cpu_share: f64,
+    /// PCIe traffic of its GPUs, both directions, bytes per second, when measured.
+    pub pcie_bytes_per_second: Option<f64>,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Verdict {
     pub kind: VerdictKind,
@@ -98,6 +146,11 @@ pub struct Verdict {
     /// alone), `None` without GPM.
     pub sm_activity_fraction: Option<f64>,
     pub loader: Option<LoaderSummary>,
+    /// What the training loop did on the host; `None` without stall tracing.
+    pub host: Option<HostSide>,
+    /// For a host-bound verdict, the share of the window its cause took in the training loop
+    /// (copying, launching, its own CPU work, or synchronising while the GPU idled).
+    pub host_bound_share: Option<f64>,
     pub cpu_throttled_fraction: Option<f64>,
     /// The measurements behind the verdict, in words.
     pub evidence: Vec<String>,

@@ -300,6 +300,10 @@ fn verdict_color(kind: VerdictKind) -> Option<RGBColor> {
     match kind {
         VerdictKind::InputBoundIo => Some(RGBColor(253, 208, 162)),
         VerdictKind::InputBoundCpu => Some(RGBColor(218, 200, 240)),
+        VerdictKind::HostTransfers => Some(RGBColor(166, 206, 227)),
+        VerdictKind::HostLaunches => Some(RGBColor(251, 154, 153)),
+        VerdictKind::HostCpu => Some(RGBColor(202, 178, 214)),
+        VerdictKind::HostSync => Some(RGBColor(178, 223, 138)),
         VerdictKind::GpuBound => Some(RGBColor(199, 233, 192)),
         VerdictKind::LowSmActivity => Some(RGBColor(255, 237, 160)),
         VerdictKind::Idle => Some(RGBColor(224, 224, 224)),

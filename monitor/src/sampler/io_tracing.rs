@@ -3,38 +3,17 @@
 //! the host while attached, go on when a published round shows a workload whose GPU idles
 //! while its processes work (the case a verdict needs the read evidence for), and off again
 //! once no workload has needed them for `linger`.
+use super::demand::{Demand, TracingMode};
 use crate::model::Snapshot;
 use crate::units::duration;
 use serde::Deserialize;
 use std::time::{Duration, Instant};
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum IoTracingMode {
-    /// Attached while a workload needs the evidence.
-    #[default]
-    Adaptive,
-    /// Attached all the time.
-    Always,
-    /// Never attached: verdicts rest on thread states (D state still tells I/O from CPU).
-    Off,
-}
-
-impl IoTracingMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Adaptive => "adaptive",
-            Self::Always => "always",
-            Self::Off => "off",
-        }
-    }
-}
-
 /// The config file's `sources.read_tracing` section.
 #[derive(Clone, Copy, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct IoTracingConfig {
-    pub mode: IoTracingMode,
+    pub mode: TracingMode,
     /// How long the programs stay attached after the last round that needed them.
     #[serde(with = "duration")]
     pub linger: Duration,
@@ -47,7 +26,7 @@ pub struct IoTracingConfig {
 impl Default for IoTracingConfig {
     fn default() -> Self {
         Self {
-            mode: IoTracingMode::Adaptive,
+            mode: TracingMode::Adaptive,
             linger: Duration::from_secs(300),
             idle_share: 0.25,
             active_share: 0.1,
@@ -60,10 +39,7 @@ impl IoTracingConfig {
     /// so adaptive tracing traces from the start (for seconds, at a cost nobody pays for long).
     pub fn for_one_shot(self) -> Self {
         Self {
-            mode: match self.mode {
-                IoTracingMode::Adaptive => IoTracingMode::Always,
-                m => m,
-            },
+            mode: self.mode.for_one_shot(),
             ..self
         }
     }
@@ -84,50 +60,38 @@ impl IoTracingConfig {
     }
 }
 
-/// Remembers when the evidence was last needed.
+/// When the read programs are wanted.
 #[derive(Debug)]
 pub struct IoDemand {
     config: IoTracingConfig,
-    last_needed: Option<Instant>,
-    pub reason: Option<String>,
+    demand: Demand,
 }
 
 impl IoDemand {
     pub fn new(config: IoTracingConfig) -> Self {
         Self {
             config,
-            last_needed: None,
-            reason: None,
+            demand: Demand::new(config.mode, config.linger),
         }
     }
 
-    pub fn mode(&self) -> IoTracingMode {
-        self.config.mode
+    pub fn mode(&self) -> TracingMode {
+        self.demand.mode()
+    }
+
+    /// Why the programs are wanted now, if they are.
+    pub fn reason(&self) -> Option<&str> {
+        self.demand.reason.as_deref()
     }
 
     /// Looks at a published round for a workload that needs the read evidence.
     pub fn observe(&mut self, snap: &Snapshot, now: Instant) {
-        if let Some(why) = needs_evidence(snap, &self.config) {
-            self.last_needed = Some(now);
-            self.reason = Some(why);
-        }
+        self.demand.note(needs_evidence(snap, &self.config), now);
     }
 
     /// Whether the programs should be attached now.
     pub fn wanted(&mut self, now: Instant) -> bool {
-        match self.config.mode {
-            IoTracingMode::Always => true,
-            IoTracingMode::Off => false,
-            IoTracingMode::Adaptive => {
-                let on = self
-                    .last_needed
-                    .is_some_and(|t| now.duration_since(t) <= self.config.linger);
-                if !on {
-                    self.reason = None;
-                }
-                on
-            }
-        }
+        self.demand.wanted(now)
     }
 }
 
@@ -204,27 +168,23 @@ mod tests {
         );
         d.observe(&round(0.2, 0.6), t0);
         assert!(d.wanted(t0));
-        assert!(d
-            .reason
-            .as_deref()
-            .unwrap()
-            .contains("trainer: GPU idle 80%"));
+        assert!(d.reason().unwrap().contains("trainer: GPU idle 80%"));
         d.observe(&round(0.95, 0.5), t0 + Duration::from_secs(3));
         assert!(d.wanted(t0 + Duration::from_secs(5)), "within the linger");
         assert!(!d.wanted(t0 + Duration::from_secs(6)), "the linger is over");
-        assert!(d.reason.is_none());
+        assert!(d.reason().is_none());
     }
 
     #[test]
     fn always_and_off_ignore_the_rounds() {
         let t = Instant::now();
         let mut always = IoDemand::new(IoTracingConfig {
-            mode: IoTracingMode::Always,
+            mode: TracingMode::Always,
             ..Default::default()
         });
         assert!(always.wanted(t));
         let mut off = IoDemand::new(IoTracingConfig {
-            mode: IoTracingMode::Off,
+            mode: TracingMode::Off,
             ..Default::default()
         });
         off.observe(&round(0.1, 0.9), t);

@@ -11,6 +11,8 @@ mod busy_split;
 mod cgroups;
 mod claims;
 mod container_config;
+pub mod cuda;
+pub mod demand;
 mod gpu_open;
 pub mod io_tracing;
 mod namespaces;
@@ -58,6 +60,8 @@ pub struct SamplerConfig {
     pub series_interval: Duration,
     /// When the read and block programs are attached.
     pub io_tracing: io_tracing::IoTracingConfig,
+    /// When the CUDA driver probes are attached.
+    pub cuda_tracing: cuda::CudaTracingConfig,
 }
 
 /// Why a blkio-throttled container's `stalls.disk` misses requests. The throttle queues the
@@ -83,6 +87,7 @@ impl Default for SamplerConfig {
             revalidate_rounds: 30,
             series_interval: DEFAULT_SERIES_INTERVAL,
             io_tracing: io_tracing::IoTracingConfig::default(),
+            cuda_tracing: cuda::CudaTracingConfig::default(),
         }
     }
 }
@@ -99,6 +104,8 @@ pub struct Sampler {
     gpu: Result<GpuSource, String>,
     docker: Option<Arc<DockerCache>>,
     stalls: Stalls,
+    /// The CUDA driver probes.
+    cuda: cuda::CudaTracing,
     processes: ProcessTable,
     checks: ProcessChecks,
     /// The launch environment of each rank of a job holding several GPUs.
@@ -149,6 +156,7 @@ impl Sampler {
         // Handed back to the system before NVML's own allocations (~18 MB on an H200) come,
         // the two peaks do not add up, and the heap does not keep it for the agent's whole life.
         let stalls = Stalls::load(config.probes, config.io_tracing);
+        let cuda = cuda::CudaTracing::load(config.probes, config.cuda_tracing);
         #[cfg(target_env = "gnu")]
         // SAFETY: no preconditions; only returns free heap pages to the kernel.
         unsafe {
@@ -171,6 +179,7 @@ impl Sampler {
             gpu,
             docker,
             stalls,
+            cuda,
             processes: ProcessTable::new(&config.proc_root, config.revalidate_rounds),
             checks: ProcessChecks::new(&config.proc_root),
             rank_envs: ranks::RankEnvs::new(&config.proc_root),
@@ -216,9 +225,12 @@ impl Sampler {
     }
 
     /// The marks of the round in progress, for a watchdog: which step, since when.
-    /// The probes are loaded; programs may be attached later.
+    /// The probes are loaded; programs may be attached later (adaptive read tracing, and the
+    /// CUDA driver probes, attached to each new driver library a GPU process maps).
     pub fn probe_use(&self) -> (bool, bool) {
-        self.stalls.privileged_use()
+        let (maps, later) = self.stalls.privileged_use();
+        let cuda = self.cuda.loaded();
+        (maps || cuda, later || cuda)
     }
 
     pub fn heartbeat(&self) -> Arc<Heartbeat> {
@@ -316,6 +328,7 @@ impl Sampler {
             }
             .complete(p);
             self.stalls.observe(&done);
+            self.cuda.observe(&done);
             out.push(done);
         }
         // Keep the series back to where the oldest window still to be answered starts: the
@@ -379,6 +392,21 @@ impl Sampler {
         if probe_ok {
             self.stalls.end_round(&self.proc_root);
         }
+        if self
+            .cuda
+            .step(&gpus, &self.proc_root, now_us / 1000, &self.events)
+        {
+            for w in workloads.values_mut() {
+                let pids: HashSet<u32> = w
+                    .gpu
+                    .per_gpu
+                    .iter()
+                    .flat_map(|g| g.pids.iter().copied())
+                    .collect();
+                w.cuda = self.cuda.window(&pids);
+            }
+            self.cuda.end_round(&self.proc_root);
+        }
         self.cgroups.retain(|id, _| workloads.contains_key(id));
         self.claims.retain_listed(self.docker.as_deref());
         self.previous_at = Some((started, now_us));
@@ -390,6 +418,7 @@ impl Sampler {
             },
             docker: docker_state,
             ebpf: self.stalls.source_state(),
+            cuda: self.cuda.source_state(),
         };
         let mut workloads: Vec<Workload> = workloads.into_values().collect();
         self.last_workloads = workloads
@@ -416,6 +445,7 @@ impl Sampler {
                 workloads,
                 internal_events: self.events.to_map(),
                 probes: self.stalls.health(),
+                cuda_tracing: self.cuda.state(),
             },
             window_us,
             taken: started,
@@ -440,6 +470,7 @@ impl Sampler {
                 busy: None,
                 sm_activity: None,
                 gpm: None,
+                pcie: None,
                 processes,
             });
         }

@@ -6,7 +6,7 @@
 //! completed: each GPU's busy share over the window, divided between its holders, and the
 //! verdicts, which need it.
 use super::busy_split::{self, Holder};
-use crate::model::{SmActivity, WorkloadId};
+use crate::model::{PcieTraffic, SmActivity, WorkloadId};
 
 use crate::model::{BusySource, Gpu, GpuBusy, Snapshot, SplitMethod, Workload};
 use crate::sources::gpu::{DeviceFetch, GpuSource, ProcessSplit};
@@ -30,6 +30,7 @@ const SPANS_KEPT: usize = 4;
 #[derive(Default)]
 pub struct Fetched {
     sm_activity: HashMap<u32, VecDeque<SmActivity>>,
+    pcie: HashMap<u32, VecDeque<PcieTraffic>>,
     splits: HashMap<u32, VecDeque<ProcessSplit>>,
     errors: HashMap<u32, BTreeMap<&'static str, String>>,
 }
@@ -39,6 +40,9 @@ impl Fetched {
         for f in fetches {
             if let Some(a) = f.sm_activity {
                 push_bounded(self.sm_activity.entry(f.index).or_default(), a);
+            }
+            if let Some(p) = f.pcie {
+                push_bounded(self.pcie.entry(f.index).or_default(), p);
             }
             if let Some(s) = f.split {
                 push_bounded(self.splits.entry(f.index).or_default(), s);
@@ -129,6 +133,16 @@ impl Completion<'_> {
         })
         .copied();
         g.gpm = self.gpu.and_then(|s| s.gpm_state(i)).cloned();
+        g.pcie = self.fetched.pcie.get(&i).and_then(|q| {
+            if q.back()?.source == crate::model::PcieSource::Gpm {
+                best_span(Some(q), a_ms, b_ms, |p| (p.start_unix_ms, p.end_unix_ms)).copied()
+            } else {
+                // The counter's ~20-ms sample: the one read nearest the window's end.
+                q.iter()
+                    .min_by_key(|p| p.end_unix_ms.abs_diff(b_ms))
+                    .copied()
+            }
+        });
         let Some((fraction, coverage, source)) = self.busy(g, a, b) else {
             return;
         };
@@ -181,8 +195,15 @@ impl Completion<'_> {
             share.busy_fraction = part.map(|p| p * fraction);
             share.split = Some(result.method);
             share.device_busy_fraction = Some(fraction);
-            share.sm_activity_percent = (result.method.is_exact() && part == Some(1.0))
+            let alone = result.method.is_exact() && part == Some(1.0);
+            share.sm_activity_percent = alone
                 .then(|| g.sm_activity.and_then(|a| sm_while_busy(&a)))
+                .flatten();
+            share.pcie_bytes_per_second = alone
+                .then(|| {
+                    g.pcie
+                        .map(|p| p.rx_bytes_per_second + p.tx_bytes_per_second)
+                })
                 .flatten();
         }
     }

@@ -1,7 +1,8 @@
 //! The stall probe's side of a round: points the kernel filter at the round's cgroups, reads
 //! the cumulative per-task counters, and turns this round's minus the previous round's into
 //! each cgroup's [`StallWindow`].
-use super::io_tracing::{IoDemand, IoTracingConfig, IoTracingMode};
+use super::demand::TracingMode;
+use super::io_tracing::{IoDemand, IoTracingConfig};
 use super::process_checks::ProcessChecks;
 use crate::events::{EventCounters, InternalEvent};
 use crate::model::{
@@ -38,7 +39,7 @@ impl Stalls {
     pub fn load(enabled: bool, io: IoTracingConfig) -> Self {
         let probe = if enabled {
             match io.mode {
-                IoTracingMode::Always => StallProbe::load(true),
+                TracingMode::Always => StallProbe::load(true),
                 _ => StallProbe::load_io_detached(true),
             }
             .map_err(|e| format!("stall tracing unavailable: {e}"))
@@ -68,7 +69,7 @@ impl Stalls {
         let loaded = self.probe.is_ok();
         (
             loaded,
-            loaded && self.demand.mode() == IoTracingMode::Adaptive,
+            loaded && self.demand.mode() == TracingMode::Adaptive,
         )
     }
 
@@ -98,7 +99,7 @@ impl Stalls {
                 mode: self.demand.mode().as_str(),
                 state: p.io_state(),
                 on_since_unix_ms: self.on_since_unix_ms,
-                reason: self.demand.reason.clone(),
+                reason: self.demand.reason().map(str::to_owned),
             },
         })
     }
@@ -118,7 +119,7 @@ impl Stalls {
         match probe.step_io(wanted) {
             Ok(IoTracing::On) if before != IoTracing::On => {
                 self.on_since_unix_ms = Some(now_unix_ms);
-                tracing::info!(reason = ?self.demand.reason, "read tracing on");
+                tracing::info!(reason = ?self.demand.reason(), "read tracing on");
             }
             Ok(IoTracing::Off) if before != IoTracing::Off => {
                 tracing::info!("read tracing off: no workload needed it");

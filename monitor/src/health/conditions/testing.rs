@@ -38,6 +38,8 @@ pub fn verdict(kind: VerdictKind, advice: &str) -> Verdict {
         trainer_wait_fraction: None,
         sm_activity_fraction: None,
         loader: None,
+        host: None,
+        host_bound_share: None,
         cpu_throttled_fraction: None,
         evidence: Vec::new(),
         advice: advice.into(),

@@ -165,6 +165,8 @@ mod tests {
             trainer_wait_fraction: Some(0.7),
             sm_activity_fraction: Some(0.9),
             loader: None,
+            host: None,
+            host_bound_share: None,
             cpu_throttled_fraction: Some(0.1),
             evidence: Vec::new(),
             advice: String::new(),

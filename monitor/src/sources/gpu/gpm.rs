@@ -10,25 +10,39 @@
 //! Cost on the H200 (driver 580.159.04): a sample 40–60 µs of CPU, one metrics computation
 //! 1.3–1.4 ms whatever the number of metrics asked for. So the agent takes one sample per
 //! series fetch, not per round, and reports activity over the span between fetches.
-use crate::model::SmActivity;
+//!
+//! The same request brings the PCIe traffic (MiB/s each way): on an H100 host a step copying
+//! pageable memory read 5,070 MiB/s received, pinned copies overlapping compute 11,258, a
+//! one-element-kernel loop 197, a matmul loop 15.5 (`tests/gpu/cuda_calls.py`).
+use crate::model::{PcieSource, PcieTraffic, SmActivity};
 use nvml_wrapper::error::{nvml_sym, NvmlError};
 use nvml_wrapper::Nvml;
 use nvml_wrapper_sys::bindings::{
     nvmlDevice_t, nvmlGpmMetricId_t, nvmlGpmMetricId_t_NVML_GPM_METRIC_ANY_TENSOR_UTIL,
     nvmlGpmMetricId_t_NVML_GPM_METRIC_DRAM_BW_UTIL,
     nvmlGpmMetricId_t_NVML_GPM_METRIC_GRAPHICS_UTIL,
+    nvmlGpmMetricId_t_NVML_GPM_METRIC_PCIE_RX_PER_SEC,
+    nvmlGpmMetricId_t_NVML_GPM_METRIC_PCIE_TX_PER_SEC,
     nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_OCCUPANCY, nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_UTIL,
     nvmlGpmMetricsGet_t, nvmlGpmSample_t, nvmlGpmSupport_t, nvmlReturn_enum_NVML_SUCCESS,
     NVML_GPM_METRICS_GET_VERSION, NVML_GPM_SUPPORT_VERSION,
 };
 
-const METRICS: [nvmlGpmMetricId_t; 5] = [
+const METRICS: [nvmlGpmMetricId_t; 7] = [
     nvmlGpmMetricId_t_NVML_GPM_METRIC_GRAPHICS_UTIL,
     nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_UTIL,
     nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_OCCUPANCY,
     nvmlGpmMetricId_t_NVML_GPM_METRIC_ANY_TENSOR_UTIL,
     nvmlGpmMetricId_t_NVML_GPM_METRIC_DRAM_BW_UTIL,
+    nvmlGpmMetricId_t_NVML_GPM_METRIC_PCIE_RX_PER_SEC,
+    nvmlGpmMetricId_t_NVML_GPM_METRIC_PCIE_TX_PER_SEC,
 ];
+
+/// What one span of GPM brought.
+pub struct GpmSpan {
+    pub activity: SmActivity,
+    pub pcie: Option<PcieTraffic>,
+}
 
 /// Two sample buffers used in turn, and the metrics request reused across spans.
 pub struct Gpm {
@@ -81,7 +95,7 @@ impl Gpm {
         nvml: &Nvml,
         handle: nvmlDevice_t,
         now_ms: u64,
-    ) -> Result<Option<SmActivity>, NvmlError> {
+    ) -> Result<Option<GpmSpan>, NvmlError> {
         let lib = nvml.lib();
         let get = nvml_sym(lib.nvmlGpmSampleGet.as_ref())?;
         let next = 1 - self.newest;
@@ -104,19 +118,31 @@ impl Gpm {
         }
         // SAFETY: a request naming two filled samples of this library.
         check(unsafe { metrics(r) })?;
-        let value = |i: usize| {
+        let raw = |i: usize| {
             let m = &r.metrics[i];
             (m.nvmlReturn == nvmlReturn_enum_NVML_SUCCESS && m.value.is_finite())
-                .then_some(m.value.clamp(0.0, 100.0))
+                .then_some(m.value.max(0.0))
         };
-        Ok(Some(SmActivity {
-            start_unix_ms: self.taken_ms[previous],
-            end_unix_ms: now_ms,
-            engine_percent: value(0),
-            sm_percent: value(1),
-            sm_occupancy_percent: value(2),
-            tensor_percent: value(3),
-            dram_bandwidth_percent: value(4),
+        let value = |i: usize| raw(i).map(|v| v.min(100.0));
+        let (start_unix_ms, end_unix_ms) = (self.taken_ms[previous], now_ms);
+        const MIB: f64 = (1u64 << 20) as f64;
+        Ok(Some(GpmSpan {
+            activity: SmActivity {
+                start_unix_ms,
+                end_unix_ms,
+                engine_percent: value(0),
+                sm_percent: value(1),
+                sm_occupancy_percent: value(2),
+                tensor_percent: value(3),
+                dram_bandwidth_percent: value(4),
+            },
+            pcie: raw(5).zip(raw(6)).map(|(rx, tx)| PcieTraffic {
+                start_unix_ms,
+                end_unix_ms,
+                rx_bytes_per_second: rx * MIB,
+                tx_bytes_per_second: tx * MIB,
+                source: PcieSource::Gpm,
+            }),
         }))
     }
 

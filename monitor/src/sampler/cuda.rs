@@ -1,0 +1,503 @@
+//! The CUDA driver probes' side of a round: finds the driver libraries the GPU processes map,
+//! attaches the probes to them while the evidence is wanted (adaptive, as read tracing is),
+//! and turns this round's counters minus the previous round's into each workload's
+//! [`CudaWindow`].
+//!
+//! Wanted while a published round shows a workload whose GPU idles at least `idle_share` of the
+//! window while its training loop (the GPU processes' main threads) is busy at least
+//! `active_share` of it: the case where thread states alone cannot tell copies, launches,
+//! synchronisation and the loop's own CPU work apart.
+use super::demand::{Demand, TracingMode};
+use crate::events::{EventCounters, InternalEvent};
+use crate::model::{
+    CudaCalls, CudaProcessCalls, CudaTracingState, CudaWindow, DriverLibrary, Gpu, ProcessRole,
+    Snapshot, SourceState, Transfer,
+};
+use crate::sources::cuda_probe::library::{self, LibraryFile};
+use crate::sources::cuda_probe::{entry_points, CudaProbe};
+use crate::units::duration;
+use monitor_common::cuda::cuda_stat;
+use monitor_common::{task_thread, CudaStats, TaskKey};
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The config file's `sources.cuda_tracing` section.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CudaTracingConfig {
+    pub mode: TracingMode,
+    /// How long the probes stay attached after the last round that needed them.
+    #[serde(with = "duration")]
+    pub linger: Duration,
+    /// A GPU idle at least this share of a round, while its training loop was on a CPU or
+    /// waiting for one at least `active_share` of it, needs the evidence.
+    pub idle_share: f64,
+    pub active_share: f64,
+}
+
+impl Default for CudaTracingConfig {
+    fn default() -> Self {
+        Self {
+            mode: TracingMode::Adaptive,
+            linger: Duration::from_secs(300),
+            idle_share: 0.25,
+            active_share: 0.5,
+        }
+    }
+}
+
+impl CudaTracingConfig {
+    /// For a one-shot window: traced from the start unless off.
+    pub fn for_one_shot(self) -> Self {
+        Self {
+            mode: self.mode.for_one_shot(),
+            ..self
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), crate::field_error::FieldError> {
+        for (field, v) in [
+            ("idle_share", self.idle_share),
+            ("active_share", self.active_share),
+        ] {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(crate::field_error::FieldError::new(
+                    field,
+                    format!("{v} is not a share (0–1)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A library's key: the device and inode of its file.
+type LibraryKey = (u64, u64);
+
+/// What a GPU process maps: its start time (with the PID, its identity) and its libraries.
+struct Scanned {
+    start: Option<u64>,
+    libraries: Vec<LibraryKey>,
+}
+
+/// A driver library the GPU processes map.
+struct Library {
+    info: DriverLibrary,
+    /// Open while it can be probed.
+    file: Option<LibraryFile>,
+    points: Vec<(u64, u64)>,
+}
+
+pub struct CudaTracing {
+    probe: Result<CudaProbe, String>,
+    demand: Demand,
+    config: CudaTracingConfig,
+    libraries: BTreeMap<LibraryKey, Library>,
+    /// GPU processes whose mappings were read.
+    scanned: HashMap<u32, Scanned>,
+    /// Attached at the last counter read, and for this round's whole window.
+    attached_at_read: bool,
+    window_traced: bool,
+    on_since_unix_ms: Option<u64>,
+    totals: HashMap<TaskKey, CudaStats>,
+    previous: Option<HashMap<TaskKey, CudaStats>>,
+    failures: [u64; cuda_stat::COUNT as usize],
+}
+
+impl CudaTracing {
+    pub fn load(enabled: bool, config: CudaTracingConfig) -> Self {
+        let probe = match (enabled, config.mode) {
+            (false, _) => Err("CUDA call tracing disabled (eBPF off)".to_owned()),
+            (true, TracingMode::Off) => {
+                Err("CUDA call tracing off (sources.cuda_tracing)".to_owned())
+            }
+            (true, _) => {
+                CudaProbe::load().map_err(|e| format!("CUDA call tracing unavailable: {e}"))
+            }
+        };
+        if let (true, Err(e)) = (enabled && config.mode != TracingMode::Off, &probe) {
+            tracing::warn!("{e}");
+        }
+        Self {
+            probe,
+            demand: Demand::new(config.mode, config.linger),
+            config,
+            libraries: BTreeMap::new(),
+            scanned: HashMap::new(),
+            attached_at_read: false,
+            window_traced: false,
+            on_since_unix_ms: None,
+            totals: HashMap::new(),
+            previous: None,
+            failures: [0; cuda_stat::COUNT as usize],
+        }
+    }
+
+    /// Whether the probes are loaded (so attaching later needs the tracing capabilities).
+    pub fn loaded(&self) -> bool {
+        self.probe.is_ok()
+    }
+
+    pub fn source_state(&self) -> SourceState {
+        match &self.probe {
+            Ok(_) => SourceState::up(),
+            Err(e) => SourceState::down(e.clone()),
+        }
+    }
+
+    pub fn state(&self) -> Option<CudaTracingState> {
+        let probe = self.probe.as_ref().ok()?;
+        Some(CudaTracingState {
+            mode: self.demand.mode().as_str(),
+            attached: self.libraries.keys().any(|k| probe.is_attached(*k)),
+            on_since_unix_ms: self.on_since_unix_ms,
+            reason: self.demand.reason.clone(),
+            libraries: self.libraries.values().map(|l| l.info.clone()).collect(),
+            unmatched_returns: self.failures[cuda_stat::UNMATCHED_RETURN as usize],
+            map_update_failed: self.failures[cuda_stat::MAP_UPDATE_FAILED as usize],
+        })
+    }
+
+    /// Looks at a published round for a workload that needs the evidence.
+    pub fn observe(&mut self, snap: &Snapshot) {
+        self.demand
+            .note(needs_evidence(snap, &self.config), Instant::now());
+    }
+
+    /// One round: finds new GPU processes' libraries, attaches or detaches as wanted, reads the
+    /// counters. False when there is no probe or the read failed.
+    pub fn step(
+        &mut self,
+        gpus: &[Gpu],
+        proc_root: &Path,
+        now_unix_ms: u64,
+        events: &EventCounters,
+    ) -> bool {
+        if self.probe.is_err() {
+            return false;
+        }
+        self.scan(gpus, proc_root, events);
+        let wanted = self.demand.wanted(Instant::now());
+        let Ok(probe) = self.probe.as_mut() else {
+            return false;
+        };
+        if wanted {
+            for lib in self.libraries.values_mut() {
+                let Some(file) = &lib.file else { continue };
+                if let Err(e) = probe.attach(file, &lib.points) {
+                    events.emit(
+                        InternalEvent::CudaProbeAttachFailed,
+                        format_args!("{}: {e}", lib.info.path),
+                    );
+                    lib.info.error = Some(e.to_string());
+                    lib.file = None; // not tried again each round
+                }
+            }
+        } else {
+            probe.detach_all();
+        }
+        for (key, lib) in self.libraries.iter_mut() {
+            lib.info.attached = probe.is_attached(*key);
+        }
+        let attached = self.libraries.values().any(|l| l.info.attached);
+        if attached && !self.attached_at_read {
+            self.on_since_unix_ms = Some(now_unix_ms);
+            tracing::info!(reason = ?self.demand.reason, "CUDA call tracing on");
+        } else if !attached && self.attached_at_read {
+            tracing::info!("CUDA call tracing off: no workload needed it");
+        }
+        self.window_traced = attached && self.attached_at_read;
+        self.attached_at_read = attached;
+        self.failures = probe.failures();
+        match probe.read(&mut self.totals) {
+            Ok(()) => true,
+            Err(e) => {
+                events.emit(InternalEvent::ProbeMapReadFailed, &e);
+                false
+            }
+        }
+    }
+
+    /// Reads the mappings of GPU processes not seen before, and remembers their libraries.
+    fn scan(&mut self, gpus: &[Gpu], proc_root: &Path, events: &EventCounters) {
+        let live: HashMap<u32, Option<u64>> = gpus
+            .iter()
+            .flat_map(|g| &g.processes)
+            .filter(|p| !p.vanished)
+            .map(|p| (p.reading.pid, p.start_time_ticks))
+            .collect();
+        self.scanned
+            .retain(|pid, s| live.get(pid) == Some(&s.start));
+        for (pid, start) in live {
+            if self.scanned.contains_key(&pid) {
+                continue;
+            }
+            let Ok(mapped) = library::mapped_by(proc_root, pid) else {
+                continue; // gone meanwhile; the next round's list says
+            };
+            let mut keys = Vec::new();
+            for m in mapped {
+                match library::open(proc_root, pid, &m) {
+                    Ok(file) => {
+                        let key = (file.device, file.inode);
+                        keys.push(key);
+                        self.libraries
+                            .entry(key)
+                            .or_insert_with(|| known(file, events));
+                    }
+                    Err(e) => events.emit(InternalEvent::CudaProbeAttachFailed, &e),
+                }
+            }
+            self.scanned.insert(
+                pid,
+                Scanned {
+                    start,
+                    libraries: keys,
+                },
+            );
+        }
+        // A library no live GPU process maps any longer is dropped (and detached).
+        let in_use: HashSet<LibraryKey> = self
+            .scanned
+            .values()
+            .flat_map(|s| s.libraries.iter().copied())
+            .collect();
+        if let Ok(probe) = self.probe.as_mut() {
+            self.libraries.retain(|k, _| {
+                let keep = in_use.contains(k);
+                if !keep {
+                    probe.detach(*k);
+                }
+                keep
+            });
+        }
+    }
+
+    /// The CUDA window of a workload whose GPU processes are `pids`, `None` until there is a
+    /// previous round (or without probes).
+    pub fn window(&self, pids: &HashSet<u32>) -> Option<CudaWindow> {
+        if self.probe.is_err() || pids.is_empty() {
+            return None;
+        }
+        let previous = self.previous.as_ref()?;
+        let mut per_process: BTreeMap<u32, (CudaCalls, CudaCalls)> = BTreeMap::new();
+        for (key, now) in self.totals.iter().filter(|(k, _)| pids.contains(&k.tgid)) {
+            let d = match previous.get(key) {
+                Some(before) => delta(now, before).unwrap_or(*now),
+                None => *now,
+            };
+            let calls = calls(&d);
+            let (all, main) = per_process.entry(key.tgid).or_default();
+            all.add(&calls);
+            if key.thread == task_thread::MAIN {
+                main.add(&calls);
+            }
+        }
+        let mut total = CudaCalls::default();
+        let processes = per_process
+            .into_iter()
+            .map(|(pid, (calls, main_thread))| {
+                total.add(&calls);
+                CudaProcessCalls {
+                    pid,
+                    calls,
+                    main_thread,
+                }
+            })
+            .collect();
+        Some(CudaWindow {
+            traced: self.window_traced,
+            total,
+            processes,
+        })
+    }
+
+    /// Ends a round: forgets tasks that are gone, keeps this round's counters as the baseline.
+    pub fn end_round(&mut self, proc_root: &Path) {
+        if let (Ok(probe), Some(previous)) = (self.probe.as_mut(), self.previous.as_ref()) {
+            let gone: Vec<TaskKey> = self
+                .totals
+                .iter()
+                .filter(|(k, now)| {
+                    previous.get(k) == Some(now) && !proc_root.join(k.tgid.to_string()).exists()
+                })
+                .map(|(k, _)| *k)
+                .collect();
+            probe.forget(&gone);
+            for k in &gone {
+                self.totals.remove(k);
+            }
+        }
+        let current = std::mem::take(&mut self.totals);
+        self.totals = self.previous.take().unwrap_or_default();
+        self.previous = Some(current);
+    }
+}
+
+/// A library seen for the first time: its entry points, or why it cannot be probed.
+fn known(file: LibraryFile, events: &EventCounters) -> Library {
+    let mut info = DriverLibrary {
+        path: file.mapped.path.clone(),
+        device: file.device,
+        inode: file.inode,
+        entry_points: 0,
+        attached: false,
+        error: None,
+    };
+    match entry_points(&file) {
+        Ok(points) => {
+            info.entry_points = points.len();
+            Library {
+                info,
+                file: Some(file),
+                points,
+            }
+        }
+        Err(e) => {
+            events.emit(
+                InternalEvent::CudaProbeAttachFailed,
+                format_args!("{}: {e}", info.path),
+            );
+            info.error = Some(e.to_string());
+            Library {
+                info,
+                file: None,
+                points: Vec::new(),
+            }
+        }
+    }
+}
+
+/// `now - before`, `None` when a counter went backwards (the entry was evicted and made anew).
+fn delta(now: &CudaStats, before: &CudaStats) -> Option<CudaStats> {
+    let mut d = CudaStats {
+        launches: now.launches.checked_sub(before.launches)?,
+        graph_launches: now.graph_launches.checked_sub(before.graph_launches)?,
+        syncs: now.syncs.checked_sub(before.syncs)?,
+        sync_ns: now.sync_ns.checked_sub(before.sync_ns)?,
+        ..Default::default()
+    };
+    for (i, c) in d.copies.iter_mut().enumerate() {
+        let (n, b) = (now.copies[i], before.copies[i]);
+        c.count = n.count.checked_sub(b.count)?;
+        c.bytes = n.bytes.checked_sub(b.bytes)?;
+        c.call_ns = n.call_ns.checked_sub(b.call_ns)?;
+        c.wait_ns = n.wait_ns.checked_sub(b.wait_ns)?;
+    }
+    Some(d)
+}
+
+fn calls(s: &CudaStats) -> CudaCalls {
+    let transfer = |i: usize| Transfer {
+        count: s.copies[i].count,
+        bytes: s.copies[i].bytes,
+        call_seconds: s.copies[i].call_ns as f64 / 1e9,
+        wait_seconds: s.copies[i].wait_ns as f64 / 1e9,
+    };
+    CudaCalls {
+        launches: s.launches,
+        graph_launches: s.graph_launches,
+        h2d: transfer(0),
+        d2h: transfer(1),
+        d2d: transfer(2),
+        other_copies: transfer(3),
+        syncs: s.syncs,
+        sync_seconds: s.sync_ns as f64 / 1e9,
+    }
+}
+
+/// The first workload whose GPU idles while its training loop works, in words.
+fn needs_evidence(snap: &Snapshot, c: &CudaTracingConfig) -> Option<String> {
+    let window = snap.window_seconds.filter(|w| *w > 0.0)?;
+    snap.workloads.iter().filter(|w| !w.exited).find_map(|w| {
+        let idle = 1.0 - w.gpu.busy_fraction?;
+        let mains: Vec<f64> = w
+            .stalls
+            .as_ref()?
+            .processes
+            .iter()
+            .filter(|p| p.role == ProcessRole::Gpu)
+            .filter_map(|p| p.main_thread)
+            .map(|m| (m.on_cpu_seconds + m.runq_seconds) / window)
+            .collect();
+        if mains.is_empty() {
+            return None;
+        }
+        let busy = mains.iter().sum::<f64>() / mains.len() as f64;
+        (idle >= c.idle_share && busy >= c.active_share).then(|| {
+            format!(
+                "{}: GPU idle {:.0}% while its training loop is busy {:.0}%",
+                w.name,
+                idle * 100.0,
+                busy * 100.0
+            )
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::test_support::{container, snapshot};
+    use crate::model::{ProcessStall, StallWindow, ThreadTimes};
+
+    fn round(busy: f64, trainer_on_cpu: f64) -> Snapshot {
+        let mut w = container("trainer");
+        w.gpu.processes = 1;
+        w.gpu.busy_fraction = Some(busy);
+        w.stalls = Some(StallWindow {
+            cgroup_id: 1,
+            processes: vec![ProcessStall {
+                pid: 7,
+                role: ProcessRole::Gpu,
+                on_cpu_seconds: trainer_on_cpu,
+                runq_seconds: 0.0,
+                blocked_seconds: 0.0,
+                sleep_seconds: 1.0 - trainer_on_cpu,
+                switches: 3,
+                blocked_switches: 0,
+                main_thread: Some(ThreadTimes {
+                    on_cpu_seconds: trainer_on_cpu,
+                    sleep_seconds: 1.0 - trainer_on_cpu,
+                    ..Default::default()
+                }),
+            }],
+            reads: Default::default(),
+            disk: Default::default(),
+            io_traced: true,
+        });
+        snapshot(0, Vec::new(), vec![w])
+    }
+
+    #[test]
+    fn wanted_while_a_gpu_idles_under_a_busy_training_loop_at_the_thresholds() {
+        let c = CudaTracingConfig::default();
+        // idle 0.25 and busy 0.5 are in; a hair below either is out
+        assert!(needs_evidence(&round(0.75, 0.5), &c).is_some());
+        assert!(needs_evidence(&round(0.76, 0.5), &c).is_none());
+        assert!(needs_evidence(&round(0.75, 0.49), &c).is_none());
+        let why = needs_evidence(&round(0.2, 0.97), &c).unwrap();
+        assert!(
+            why.contains("GPU idle 80% while its training loop is busy 97%"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn deltas_refuse_counters_that_went_backwards() {
+        let mut before = CudaStats {
+            launches: 10,
+            ..Default::default()
+        };
+        before.copies[0].bytes = 100;
+        let mut now = before;
+        now.launches = 15;
+        now.copies[0].bytes = 164;
+        let d = delta(&now, &before).unwrap();
+        assert_eq!((d.launches, d.copies[0].bytes), (5, 64));
+        now.copies[0].bytes = 50;
+        assert!(delta(&now, &before).is_none());
+    }
+}
