@@ -5,7 +5,7 @@
 //! - **transfers**: the loop copies between host and GPU (`cuMemcpy*`, in the calls and in the
 //!   synchronisations that wait for them right after);
 //! - **launches**: it issues kernels one by one as fast as it can, each too small to keep the GPU
-//!   busy (the launches times the host time one launch takes);
+//!   busy: its own CPU time is a few µs per kernel launched, and the GPU runs each in less;
 //! - **sync**: it waits in synchronisations while the GPU has nothing to run (the time in
 //!   `cu*Synchronize` beyond the GPU's busy share: a host callback, another stream's event,
 //!   another process);
@@ -13,7 +13,8 @@
 //!   conversion, autotuning, logging).
 //!
 //! With the CUDA driver calls traced, each cause's share of the window is measured and the
-//! largest one over its threshold is the verdict. Without them (the probes attach only while a
+//! largest one over its threshold is the verdict; the loop's own CPU work is launches or CPU by
+//! its time per kernel launched. Without them (the probes attach only while a
 //! GPU idles under a busy trainer, so the first such window has none), PCIe traffic says
 //! transfers, kernels that keep almost no SMs busy say launches, and a busy trainer says CPU.
 //!
@@ -60,16 +61,15 @@ pub fn host_side(
     let copy_share = main.map(|m| per_window(m.host_copy_seconds()));
     let sync_share = main.map(|m| per_window(m.sync_seconds));
     let launches = cuda.map(|c| c.total.launches as f64 / window);
-    let launch_share = launches.map(|l| (l / n * config.launch_host_us * 1e-6).min(1.0));
     let gpu_us_per_launch = cuda
         .map(|c| c.total.launches)
         .filter(|l| *l > 0)
         .map(|l| busy * window * 1e6 / l as f64);
-    let own_cpu = (trainer_busy
-        - copy_share.unwrap_or(0.0)
-        - sync_share.unwrap_or(0.0)
-        - launch_share.unwrap_or(0.0))
-    .max(0.0);
+    let own_cpu = (trainer_busy - copy_share.unwrap_or(0.0) - sync_share.unwrap_or(0.0)).max(0.0);
+    // per main thread: each process's loop launches its own kernels
+    let host_us_per_launch = launches
+        .filter(|l| *l > 0.0)
+        .map(|l| own_cpu * 1e6 / (l / n));
     Some(HostSide {
         cuda_traced: cuda.is_some(),
         trainer_busy_fraction: trainer_busy,
@@ -77,7 +77,7 @@ pub fn host_side(
         sync_share,
         sync_idle_share: sync_share.map(|s| (s - busy).max(0.0)),
         launches_per_second: launches,
-        launch_share,
+        host_us_per_launch,
         gpu_us_per_launch,
         own_cpu_share: own_cpu,
         pcie_bytes_per_second: pcie,
@@ -93,6 +93,11 @@ pub fn cause(
     config: &VerdictConfig,
 ) -> Option<(VerdictKind, Option<f64>)> {
     if h.cuda_traced {
+        let own = if launch_bound(h, config) {
+            VerdictKind::HostLaunches
+        } else {
+            VerdictKind::HostCpu
+        };
         let candidates = [
             (
                 VerdictKind::HostTransfers,
@@ -104,16 +109,7 @@ pub fn cause(
                 h.sync_idle_share,
                 config.sync_idle_min,
             ),
-            (
-                VerdictKind::HostLaunches,
-                h.launch_share,
-                config.launch_share_min,
-            ),
-            (
-                VerdictKind::HostCpu,
-                Some(h.own_cpu_share),
-                config.step_busy_min,
-            ),
+            (own, Some(h.own_cpu_share), config.step_busy_min),
         ];
         return candidates
             .into_iter()
@@ -136,6 +132,15 @@ pub fn cause(
     } else {
         (VerdictKind::HostCpu, Some(h.own_cpu_share))
     })
+}
+
+/// Whether the loop's own CPU work is issuing kernels: a few µs of it per launch, and the GPU
+/// done with each kernel sooner.
+fn launch_bound(h: &HostSide, config: &VerdictConfig) -> bool {
+    match (h.host_us_per_launch, h.gpu_us_per_launch) {
+        (Some(host), Some(gpu)) => host <= config.launch_host_max_us && gpu < host,
+        _ => false,
+    }
 }
 
 fn pct(x: f64) -> String {
@@ -166,8 +171,10 @@ pub fn evidence(w: &Workload, h: &HostSide, window: f64) -> Vec<String> {
         "CUDA calls: {:.0} kernel launches/s",
         t.launches as f64 / window
     );
-    if let Some(us) = h.gpu_us_per_launch {
-        calls.push_str(&format!(" ({us:.1} µs of GPU time each)"));
+    if let (Some(host), Some(gpu)) = (h.host_us_per_launch, h.gpu_us_per_launch) {
+        calls.push_str(&format!(
+            " ({host:.1} µs of the loop's CPU and {gpu:.1} µs of GPU time each)"
+        ));
     }
     if t.graph_launches > 0 {
         calls.push_str(&format!(", {} graph launches", t.graph_launches));
@@ -193,11 +200,10 @@ pub fn evidence(w: &Workload, h: &HostSide, window: f64) -> Vec<String> {
     lines.push(calls);
     lines.push(format!(
         "the training loop's time: copying {}, synchronising {} ({} while the GPU had nothing \
-         to run), launching about {}, its own CPU work {}",
+         to run), its own CPU work (issuing kernels among it) {}",
         pct(h.copy_share.unwrap_or(0.0)),
         pct(h.sync_share.unwrap_or(0.0)),
         pct(h.sync_idle_share.unwrap_or(0.0)),
-        pct(h.launch_share.unwrap_or(0.0)),
         pct(h.own_cpu_share)
     ));
     lines
@@ -240,8 +246,10 @@ pub fn advice(
         }
         VerdictKind::HostLaunches => format!(
             "The training loop launches kernels one by one{} and each is too small to keep the GPU busy, which idles {}: capture the step in CUDA graphs (torch.compile(mode=\"reduce-overhead\"), torch.cuda.graphs), fuse small operations (torch.compile), or raise the batch size; a faster data loader will not help.",
-            h.launches_per_second
-                .map_or_else(String::new, |l| format!(" ({l:.0} a second, about {} of its time)", pct(h.launch_share.unwrap_or(0.0)))),
+            h.launches_per_second.zip(h.host_us_per_launch).map_or_else(
+                String::new,
+                |(l, us)| format!(" ({l:.0} a second, {us:.1} µs of its CPU each, {} of the window)", pct(h.own_cpu_share))
+            ),
             pct(idle)
         ),
         VerdictKind::HostSync => format!(

@@ -61,12 +61,11 @@ pub struct VerdictConfig {
     /// Share of the window the training loop waits in synchronisations while the GPU has
     /// nothing to run from which that is the cause.
     pub sync_idle_min: f64,
-    /// Estimated share of the training loop's time spent launching kernels from which the
-    /// launches are the cause.
-    pub launch_share_min: f64,
-    /// Host time one kernel launch takes, µs: a one-element-kernel loop in eager PyTorch ran
-    /// 133,000 launches a second on one thread of an H100 host (7.5 µs each).
-    pub launch_host_us: f64,
+    /// The training loop's own busy time per kernel launch (µs) up to which its CPU work is
+    /// issuing kernels (launch-bound) rather than work of its own, when the GPU runs each
+    /// kernel in less: eager PyTorch spent 7.5 µs a launch on an H100 host, a step with 25 ms
+    /// of Python per 10 kernels 2,500.
+    pub launch_host_max_us: f64,
     /// PCIe traffic (both directions, bytes/s) from which copies are the cause when the CUDA
     /// calls are not traced: a pageable-copy step moved 5.1 GB/s on the H100 host, a
     /// launch-bound loop 0.2.
@@ -87,8 +86,7 @@ impl Default for VerdictConfig {
             straggler_spread_points: 5.0,
             copy_share_min: 0.2,
             sync_idle_min: 0.3,
-            launch_share_min: 0.3,
-            launch_host_us: 7.5,
+            launch_host_max_us: 50.0,
             pcie_busy_bytes_per_second: 1e9,
         }
     }
@@ -107,7 +105,6 @@ impl VerdictConfig {
             ("sm_active_min", self.sm_active_min),
             ("copy_share_min", self.copy_share_min),
             ("sync_idle_min", self.sync_idle_min),
-            ("launch_share_min", self.launch_share_min),
         ];
         for (field, v) in shares {
             if !(0.0..=1.0).contains(&v) {
@@ -119,7 +116,7 @@ impl VerdictConfig {
         }
         for (field, v) in [
             ("straggler_spread_points", self.straggler_spread_points),
-            ("launch_host_us", self.launch_host_us),
+            ("launch_host_max_us", self.launch_host_max_us),
             (
                 "pcie_busy_bytes_per_second",
                 self.pcie_busy_bytes_per_second,
@@ -1054,20 +1051,33 @@ mod tests {
     }
 
     #[test]
-    fn launches_are_the_cause_from_their_estimated_share() {
+    fn launches_are_the_cause_when_the_loops_cpu_per_kernel_is_a_few_microseconds() {
         let launches = |n| CudaCalls {
             launches: n,
             ..Default::default()
         };
-        // 7.5 µs a launch: 41,334/s is 0.31 of the loop's time, 38,667/s 0.29.
-        let v = assess1(&host_job(0.3, 0.6, Some(launches(41_334))));
+        // The loop busy 0.6 of the window: 12,000 launches is 50 µs of its CPU each (the
+        // threshold), 11,999 just over; the GPU ran each in 25 µs.
+        let v = assess1(&host_job(0.3, 0.6, Some(launches(12_000))));
         assert_eq!(v.kind, VerdictKind::HostLaunches);
         assert!(v.advice.contains("CUDA graphs"), "{}", v.advice);
         let h = v.host.unwrap();
-        assert!((h.gpu_us_per_launch.unwrap() - 0.3e6 / 41_334.0).abs() < 1e-9);
+        assert!((h.host_us_per_launch.unwrap() - 50.0).abs() < 1e-9);
+        assert!((h.gpu_us_per_launch.unwrap() - 25.0).abs() < 1e-9);
+        assert_eq!(v.host_bound_share, Some(0.6));
         assert_eq!(
-            kind_of(&host_job(0.3, 0.6, Some(launches(38_667)))),
-            VerdictKind::Unknown
+            kind_of(&host_job(0.3, 0.6, Some(launches(11_999)))),
+            VerdictKind::HostCpu
+        );
+        // A kernel the GPU takes longer over than the loop's CPU per launch: not launch-bound.
+        assert_eq!(
+            kind_of(&host_job(0.3, 0.6, Some(launches(60_000)))),
+            VerdictKind::HostLaunches
+        );
+        assert_eq!(
+            kind_of(&host_job(0.7, 0.6, Some(launches(60_000)))),
+            VerdictKind::HostCpu,
+            "11.7 µs of GPU a kernel against 10 µs of CPU"
         );
     }
 

@@ -118,13 +118,14 @@ pub struct HostSide {
     pub sync_idle_share: Option<f64>,
     /// Kernel launches per second, all the GPU processes.
     pub launches_per_second: Option<f64>,
-    /// The launches' estimated share of the trainer's time: launches times the host time one
-    /// launch takes (`verdict.launch_host_us`).
-    pub launch_share: Option<f64>,
+    /// The training loop's own busy time (below) per kernel it launched, µs: a loop that does
+    /// nothing but issue kernels spends a few µs each (eager PyTorch: 7.5 on an H100 host).
+    pub host_us_per_launch: Option<f64>,
     /// GPU time per kernel launched, µs (the busy time over the launches).
     pub gpu_us_per_launch: Option<f64>,
-    /// The trainer's own CPU work: its busy share less the time in copies and
-    /// synchronisations (a thread spinning in a synchronise is on a CPU).
+    /// The training loop's own work on the CPU: its busy share less the time in copies and
+    /// synchronisations (a thread spinning in a synchronise is on a CPU). Issuing kernels is
+    /// part of it.
     pub own_cpu_share: f64,
     /// PCIe traffic of its GPUs, both directions, bytes per second, when measured.
     pub pcie_bytes_per_second: Option<f64>,
@@ -149,7 +150,8 @@ pub struct Verdict {
     /// What the training loop did on the host; `None` without stall tracing.
     pub host: Option<HostSide>,
     /// For a host-bound verdict, the share of the window its cause took in the training loop
-    /// (copying, launching, its own CPU work, or synchronising while the GPU idled).
+    /// (copying, synchronising while the GPU idled, or its own CPU work: issuing kernels for
+    /// launches).
     pub host_bound_share: Option<f64>,
     pub cpu_throttled_fraction: Option<f64>,
     /// The measurements behind the verdict, in words.
