@@ -483,3 +483,71 @@ pub fn prometheus(dir: &Path, config: &str) -> (Running, String) {
         );
     (Running(child), format!("http://127.0.0.1:{port}"))
 }
+
+/// The fake CUDA driver library (`libcuda.so.1`) and the job that calls it (`cuda_job`), built
+/// once per test binary from `tests/fake-cuda` with the host's C compiler.
+pub fn fake_cuda_dir() -> &'static Path {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix("gpuwatch-fake-cuda")
+            .tempdir()
+            .unwrap();
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fake-cuda");
+        run(Command::new("cc")
+            // no identical-code folding: two entry points with the same body must keep two
+            // addresses, as the real driver's do (its HtoD, DtoH and DtoD copies are apart)
+            .args([
+                "-shared",
+                "-fPIC",
+                "-O2",
+                "-fno-ipa-icf",
+                "-Wall",
+                "-Werror",
+                "-o",
+            ])
+            .arg(dir.path().join("libcuda.so.1"))
+            .arg(src.join("fake_cuda.c")));
+        run(Command::new("cc")
+            .args(["-O2", "-Wall", "-Werror", "-o"])
+            .arg(dir.path().join("cuda_job"))
+            .arg(src.join("cuda_job.c"))
+            .arg("-ldl"));
+        // world-readable: the containers' processes open it through their own root
+        let _ = std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        );
+        dir
+    })
+    .path()
+}
+
+/// A container running `cuda_job ARGS` against the fake driver library, mounted at
+/// `/opt/cuda` as the NVIDIA toolkit bind-mounts the host's library (one file, one inode, for
+/// every container), with the host's C library for the dynamically linked job. `env` sets
+/// the fake's knobs (`FAKE_CUDA_KERNEL_US`, `FAKE_CUDA_COPY_GBPS`); `extra` more `docker run`
+/// arguments.
+pub fn cuda_container(name: &str, env: &[(&str, &str)], extra: &[&str], job: &str) -> Container {
+    let lib = format!("{}:/opt/cuda:ro", fake_cuda_dir().display());
+    let mut args: Vec<String> = [
+        "-v",
+        &lib,
+        "-v",
+        "/lib/x86_64-linux-gnu:/lib/x86_64-linux-gnu:ro",
+        "-v",
+        "/lib64:/lib64:ro",
+        "-e",
+        "LD_LIBRARY_PATH=/opt/cuda",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for (k, v) in env {
+        args.push("-e".into());
+        args.push(format!("{k}={v}"));
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Container::start_with(name, &[], &args, &format!("exec /opt/cuda/cuda_job {job}"))
+}

@@ -1,0 +1,341 @@
+//! The CUDA driver probes end to end: the fake driver library (`tests/fake-cuda`) bind-mounted
+//! into real containers as the NVIDIA toolkit mounts the host's library, a job in each calling
+//! it through `dlopen` as the CUDA runtime does, the real uprobes on the real kernel, and the
+//! fake NVML listing the jobs as GPU processes.
+//!
+//! - exact counts per container, through one attachment to the one inode both containers map;
+//! - the host-side verdicts of jobs scripted on what the H100 host measured
+//!   (tests/fixtures/cuda-calls-h100): copies, launches, a synchronise held by a host
+//!   function, the loop's own CPU work;
+//! - adaptive attachment: nothing attached while no GPU idles under a busy loop, attached while
+//!   one does, detached after the linger (a job that keeps launching is then counted no more).
+
+use serde_json::{json, Value};
+use support::*;
+
+/// The tests that time spinning jobs hold this: on 2 CPUs, two of them at once would stretch
+/// each other's copies and launches.
+static CPU_TIMED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn cpu_timed() -> std::sync::MutexGuard<'static, ()> {
+    CPU_TIMED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One fake GPU per job, each job its only process at `sm_util` (the device figure the H100
+/// showed for that kind of job).
+fn scenario(jobs: &[(&Container, u32)]) -> Value {
+    let devices: Vec<Value> = jobs
+        .iter()
+        .enumerate()
+        .map(|(i, (c, sm))| {
+            json!({
+                "uuid": format!("GPU-00000000-0000-0000-0000-{i:012}"),
+                "name": "NVIDIA H100 80GB HBM3",
+                "memory_total_bytes": 85_899_345_920u64,
+                "processes": [{"pid": c.pid, "used_memory_bytes": 2u64 << 30, "sm_util": sm}],
+            })
+        })
+        .collect();
+    json!({ "devices": devices })
+}
+
+fn cuda<'a>(snap: &'a Value, c: &Container) -> &'a Value {
+    let w = workload(snap, &format!("docker:{}", c.id));
+    assert!(
+        w["cuda"].is_object(),
+        "no cuda window for {}: {w:#}",
+        c.name
+    );
+    &w["cuda"]
+}
+
+fn u(v: &Value, path: &[&str]) -> u64 {
+    let mut x = v;
+    for k in path {
+        x = &x[*k];
+    }
+    x.as_u64()
+        .unwrap_or_else(|| panic!("{} missing in {v:#}", path.join(".")))
+}
+
+fn f(v: &Value, path: &[&str]) -> f64 {
+    let mut x = v;
+    for k in path {
+        x = &x[*k];
+    }
+    x.as_f64()
+        .unwrap_or_else(|| panic!("{} missing in {v:#}", path.join(".")))
+}
+
+#[test]
+fn calls_are_counted_per_container_through_one_attachment() {
+    require_root();
+    let go = tempfile::tempdir().unwrap();
+    let trigger = format!("{}:/go", go.path().display());
+    let a = cuda_container(
+        &unique("cuda-a"),
+        &[],
+        &["-v", &trigger],
+        "--wait /go/start launch:5000 h2d:1048576 h2d:1048576 d2h:4096 sync",
+    );
+    let b = cuda_container(
+        &unique("cuda-b"),
+        &[],
+        &["-v", &trigger],
+        "--wait /go/start launch:300 item item item",
+    );
+    let run = snapshot_around_baseline(
+        &scenario(&[(&a, 30), (&b, 30)]),
+        &["--window", "2s"],
+        || std::fs::write(go.path().join("start"), "").unwrap(),
+    );
+    assert!(run.status.success(), "{}", run.stderr);
+    let s = &run.json;
+    assert_eq!(s["sources"]["cuda"]["up"], true, "{:#}", s["sources"]);
+    let libs = s["cuda_tracing"]["libraries"]
+        .as_array()
+        .expect("libraries");
+    assert_eq!(libs.len(), 1, "one inode for both containers: {libs:#?}");
+    assert_eq!(libs[0]["attached"], true);
+    assert_eq!(libs[0]["path"], "/opt/cuda/libcuda.so.1");
+    // every entry point the fake exports that gpuwatch probes
+    assert_eq!(libs[0]["entry_points"], 12, "{:#}", libs[0]);
+
+    let ca = cuda(s, &a);
+    assert_eq!(ca["traced"], true, "{ca:#}");
+    let t = &ca["total"];
+    assert_eq!(u(t, &["launches"]), 5000);
+    assert_eq!(u(t, &["h2d", "count"]), 2);
+    assert_eq!(u(t, &["h2d", "bytes"]), 2 << 20);
+    assert_eq!(u(t, &["d2h", "count"]), 1);
+    assert_eq!(u(t, &["d2h", "bytes"]), 4096);
+    // The stream synchronise after each MiB copy waited for that copy; the one after the
+    // 4-KiB copy and the context synchronise are synchronisations.
+    assert_eq!(u(t, &["syncs"]), 2);
+    // 1 MiB at the fake's 8.2 GB/s: 128 µs in each call
+    let call = f(t, &["h2d", "call_seconds"]);
+    assert!((0.000_2..0.05).contains(&call), "{call}");
+    // a single-threaded job: its main thread made every call
+    assert_eq!(
+        ca["processes"][0]["main_thread"],
+        ca["processes"][0]["calls"]
+    );
+    assert_eq!(u(&ca["processes"][0], &["pid"]), u64::from(a.pid));
+
+    let cb = cuda(s, &b);
+    let t = &cb["total"];
+    assert_eq!(u(t, &["launches"]), 303, "300 and one per .item(): {t:#}");
+    assert_eq!(u(t, &["d2h", "count"]), 3);
+    assert_eq!(u(t, &["d2h", "bytes"]), 12);
+    assert_eq!(u(t, &["syncs"]), 3);
+    assert_eq!(u(t, &["h2d", "count"]), 0);
+}
+
+/// The verdict of each job of `jobs` (container, sm_util) over one 3-s window.
+fn verdicts(jobs: &[(&Container, u32)]) -> Value {
+    let run = snapshot(&scenario(jobs), &["--window", "3s"]);
+    assert!(run.status.success(), "{}", run.stderr);
+    run.json
+}
+
+fn verdict<'a>(s: &'a Value, c: &Container) -> &'a Value {
+    let v = &workload(s, &format!("docker:{}", c.id))["verdict"];
+    assert!(v.is_object(), "no verdict for {}", c.name);
+    v
+}
+
+#[test]
+fn pageable_copies_and_the_loops_own_cpu_work_get_their_verdicts() {
+    require_root();
+    let _cpu = cpu_timed();
+    // The H100's pageable-copy step: 256 MiB copied (32.8 ms, the fake's 8.2 GB/s), then 13
+    // matmuls of 1.4 ms the loop waits for; the device read 44 % busy.
+    let copies = cuda_container(
+        &unique("cuda-copies"),
+        &[("FAKE_CUDA_KERNEL_US", "1400")],
+        &[],
+        "--seconds 60 h2d:268435456 launch:13 sync",
+    );
+    // The H100's trainer_cpu step: 25 ms of its own work, ~2 ms of GPU work, .item(); 6 %.
+    let cpu = cuda_container(
+        &unique("cuda-cpu"),
+        &[("FAKE_CUDA_KERNEL_US", "400")],
+        &[],
+        "--seconds 60 cpu:25000 launch:5 item",
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let s = verdicts(&[(&copies, 44), (&cpu, 6)]);
+
+    let v = verdict(&s, &copies);
+    assert_eq!(v["kind"], "host-bound: transfers", "{v:#}");
+    // The job copies 32.8 of every ~51 ms: 0.64 of its time.
+    let share = f(v, &["host_bound_share"]);
+    assert!((0.54..=0.74).contains(&share), "copy share {share}: {v:#}");
+    assert!(v["advice"].as_str().unwrap().contains("pageable"), "{v:#}");
+    let t = &cuda(&s, &copies)["total"];
+    assert!(u(t, &["h2d", "count"]) >= 30, "{t:#}");
+    assert_eq!(
+        u(t, &["h2d", "bytes"]),
+        u(t, &["h2d", "count"]) * (256 << 20)
+    );
+
+    let v = verdict(&s, &cpu);
+    assert_eq!(v["kind"], "host-bound: CPU", "{v:#}");
+    let share = f(v, &["host_bound_share"]);
+    assert!(share >= 0.75, "own CPU share {share}: {v:#}");
+}
+
+#[test]
+fn launch_bound_and_sync_held_jobs_get_their_verdicts() {
+    require_root();
+    let _cpu = cpu_timed();
+    // The H100's one-element-kernel loop: 7.5 µs of host time a launch, 2.7 µs of GPU; 31 %.
+    let launches = cuda_container(
+        &unique("cuda-launch"),
+        &[],
+        &[],
+        "--seconds 60 launch:1000:7.5 sync",
+    );
+    // The H100's sync job: 1.3 ms of matmul, a host function holding the stream 8 ms, then
+    // torch.cuda.synchronize(); 14 %.
+    let sync = cuda_container(
+        &unique("cuda-sync"),
+        &[("FAKE_CUDA_KERNEL_US", "1300")],
+        &[],
+        "--seconds 60 launch:1 hostfn:8000 sync",
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let s = verdicts(&[(&launches, 31), (&sync, 14)]);
+
+    let v = verdict(&s, &launches);
+    assert_eq!(v["kind"], "host-bound: launches", "{v:#}");
+    assert!(f(v, &["host", "launches_per_second"]) > 40_000.0, "{v:#}");
+    assert!(v["advice"].as_str().unwrap().contains("CUDA graphs"));
+
+    let v = verdict(&s, &sync);
+    assert_eq!(v["kind"], "host-bound: sync", "{v:#}");
+    // ~9.3 ms of every ~9.3 ms in the synchronise, the GPU busy 14 %
+    let idle_wait = f(v, &["host", "sync_idle_share"]);
+    assert!((0.7..=0.9).contains(&idle_wait), "{idle_wait}: {v:#}");
+}
+
+/// `record` rows as JSON, one per line.
+fn rows(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn probes_attach_while_a_gpu_idles_under_a_busy_loop_and_detach_after() {
+    require_root();
+    let _cpu = cpu_timed();
+    let dir = tempfile::tempdir().unwrap();
+    // A GPU-bound job that keeps launching (never needs the probes), and a launch-bound job
+    // that stops after 6 s (needs them, then no longer).
+    let busy = cuda_container(
+        &unique("cuda-busy"),
+        &[],
+        &[],
+        "--seconds 600 launch:100:50",
+    );
+    let bound = cuda_container(
+        &unique("cuda-bound"),
+        &[],
+        &[],
+        "--seconds 6 launch:1000:7.5 sync",
+    );
+    let scen = dir.path().join("scenario.json");
+    std::fs::write(&scen, scenario(&[(&busy, 98), (&bound, 31)]).to_string()).unwrap();
+    let config = dir.path().join("gpuwatch.yaml");
+    std::fs::write(
+        &config,
+        "sources:\n  nvml_series_interval: 1s\n  cuda_tracing: {linger: 2s}\n",
+    )
+    .unwrap();
+    let out = dir.path().join("rec.jsonl");
+    let status = gpuwatch_on(&scen)
+        .args([
+            "record",
+            "--format",
+            "jsonl",
+            "--interval",
+            "1s",
+            "--duration",
+            "15s",
+        ])
+        .arg("--config")
+        .arg(&config)
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let rows = rows(&out);
+    assert!(rows.len() >= 12, "{} rows", rows.len());
+    let attached: Vec<bool> = rows
+        .iter()
+        .map(|r| r["cuda_tracing"]["attached"] == true)
+        .collect();
+    assert!(!attached[0], "attached before any round needed it");
+    let on = attached.iter().position(|a| *a).expect("never attached");
+    let off = on
+        + attached[on..]
+            .iter()
+            .position(|a| !a)
+            .expect("never detached");
+    assert!(attached[off..].iter().all(|a| !a), "{attached:?}");
+    let timeline: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "attached {} traced {} bound {} busy {} verdict {}",
+                r["cuda_tracing"]["attached"],
+                cuda(r, &bound)["traced"],
+                cuda(r, &bound)["total"]["launches"],
+                cuda(r, &busy)["total"]["launches"],
+                verdict(r, &bound)["kind"]
+            )
+        })
+        .collect();
+    // While attached and the launch-bound job ran: traced, with its verdict, in every such
+    // window; the GPU-bound job's launches counted too.
+    let working: Vec<&Value> = rows[on..off]
+        .iter()
+        .filter(|r| cuda(r, &bound)["traced"] == true)
+        .filter(|r| u(cuda(r, &bound), &["total", "launches"]) > 0)
+        .collect();
+    assert!(!working.is_empty(), "{timeline:#?}");
+    for r in &working {
+        assert!(
+            u(cuda(r, &bound), &["total", "launches"]) > 10_000,
+            "{timeline:#?}"
+        );
+        assert_eq!(
+            verdict(r, &bound)["kind"],
+            "host-bound: launches",
+            "{timeline:#?}"
+        );
+        assert!(
+            u(cuda(r, &busy), &["total", "launches"]) > 0,
+            "{timeline:#?}"
+        );
+    }
+    // Detached: the busy job launches on, and the kernel counts nothing more.
+    for r in &rows[off + 1..] {
+        assert_eq!(cuda(r, &busy)["traced"], false);
+        assert_eq!(
+            u(cuda(r, &busy), &["total", "launches"]),
+            0,
+            "{:#}",
+            cuda(r, &busy)
+        );
+    }
+    assert!(
+        rows.len() - off >= 3,
+        "detached only at row {off} of {}",
+        rows.len()
+    );
+}
