@@ -339,3 +339,53 @@ fn probes_attach_while_a_gpu_idles_under_a_busy_loop_and_detach_after() {
         rows.len()
     );
 }
+
+#[test]
+fn without_cuda_calls_the_gpus_pcie_traffic_names_the_copies() {
+    require_root();
+    let _cpu = cpu_timed();
+    let copies = cuda_container(
+        &unique("cuda-pcie"),
+        &[("FAKE_CUDA_KERNEL_US", "1400")],
+        &[],
+        "--seconds 60 h2d:268435456 launch:13 sync",
+    );
+    // The H100's pageable-copy step under GPM: 5,070 MiB/s received, 305 sent; 44 % busy.
+    // Once with GPM, once on a GPU without it (the driver's throughput counter).
+    for gpm in [true, false] {
+        let scenario = json!({"devices": [{
+            "uuid": "GPU-00000000-0000-0000-0000-000000000000",
+            "gpm_supported": gpm,
+            "processes": [{"pid": copies.pid, "used_memory_bytes": 2u64 << 30, "sm_util": 44,
+                           "pcie_rx_mib_s": 5070.0, "pcie_tx_mib_s": 305.0}],
+        }]});
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("gpuwatch.yaml");
+        std::fs::write(&config, "sources:\n  cuda_tracing: {mode: off}\n").unwrap();
+        let run = snapshot(
+            &scenario,
+            &["--window", "3s", "--config", config.to_str().unwrap()],
+        );
+        assert!(run.status.success(), "{}", run.stderr);
+        let s = &run.json;
+        assert_eq!(s["sources"]["cuda"]["up"], false);
+        let pcie = &s["gpus"][0]["pcie"];
+        let source = if gpm { "gpm" } else { "throughput_counter" };
+        assert_eq!(pcie["source"], source, "{pcie:#}");
+        let rx = f(pcie, &["rx_bytes_per_second"]) / f64::from(1u32 << 20);
+        let tx = f(pcie, &["tx_bytes_per_second"]) / f64::from(1u32 << 20);
+        assert!((rx - 5070.0).abs() < 5070.0 * 0.02, "{source}: rx {rx} MiB/s");
+        assert!((tx - 305.0).abs() < 305.0 * 0.02, "{source}: tx {tx} MiB/s");
+        let v = verdict(s, &copies);
+        assert_eq!(v["kind"], "host-bound: transfers", "{source}: {v:#}");
+        assert!(v["host_bound_share"].is_null(), "no share without the calls");
+        assert!(
+            v["evidence"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e.as_str().unwrap().starts_with("PCIe traffic of its GPUs: 5")),
+            "{v:#}"
+        );
+    }
+}

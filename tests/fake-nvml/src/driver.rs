@@ -3,8 +3,9 @@
 //!
 //! - the closed sample periods ([`Timeline`]), one per `sample_period_ms` on a grid aligned to
 //!   the period, each with every live process's mean over it;
-//! - GPM counters: the time integrals of engine, SM, tensor, occupancy and DRAM activity, so
-//!   that the metrics between two GPM samples are the averages over the time between them.
+//! - GPM counters: the time integrals of engine, SM, tensor, occupancy and DRAM activity and of
+//!   PCIe traffic, so that the metrics between two GPM samples are the averages over the time
+//!   between them; and the PCIe rates of the latest reading, for the throughput counter.
 //!
 //! A process whose PID no longer exists computes nothing, whatever the scenario or its marker
 //! file says (NVML may still list a dead process's context: that is the ghost case).
@@ -25,6 +26,9 @@ pub struct GpmCounters {
     pub tensor: f64,
     pub occupancy: f64,
     pub dram: f64,
+    /// MiB/s × µs each way.
+    pub pcie_rx: f64,
+    pub pcie_tx: f64,
 }
 
 #[derive(Default)]
@@ -34,6 +38,8 @@ pub struct DeviceState {
     open: HashMap<u32, (u64, u64, u64)>,
     period_end_us: u64,
     pub gpm: GpmCounters,
+    /// The live processes' PCIe rates at the latest reading, MiB/s (receive, transmit).
+    pub pcie_now: (f64, f64),
     /// A recorded series being played back: its file, records, and when playback began.
     replay: Option<Replay>,
     /// Whether each listed PID is alive, looked up once per period (not every 10 ms: at
@@ -166,7 +172,13 @@ fn poll_device(state: &mut DeviceState, d: &Device, now: u64) {
         e.1 += u64::from(p.mem_util);
         e.2 += 1;
     }
-    add_gpm(&mut state.gpm, fixed, &readings, now);
+    let pcie = d
+        .processes
+        .iter()
+        .filter(|p| alive(p.pid))
+        .fold((0.0, 0.0), |(rx, tx), p| (rx + p.pcie_rx_mib_s, tx + p.pcie_tx_mib_s));
+    add_gpm(&mut state.gpm, fixed, &readings, pcie, now);
+    state.pcie_now = pcie;
     if state.period_end_us == 0 {
         state.period_end_us = boundary;
     } else if boundary > state.period_end_us {
@@ -189,7 +201,13 @@ fn poll_device(state: &mut DeviceState, d: &Device, now: u64) {
 /// Adds the time since the last reading to the GPM integrals. Time-slicing shares the engine:
 /// when the processes' shares add up to more than 100 %, each gets its part of 100 (or of the
 /// scenario's fixed device figure, `fixed`).
-fn add_gpm(g: &mut GpmCounters, fixed: Option<u32>, readings: &[(&Process, u32)], now: u64) {
+fn add_gpm(
+    g: &mut GpmCounters,
+    fixed: Option<u32>,
+    readings: &[(&Process, u32)],
+    pcie: (f64, f64),
+    now: u64,
+) {
     let dt = if g.ts_us == 0 {
         0.0
     } else {
@@ -200,6 +218,8 @@ fn add_gpm(g: &mut GpmCounters, fixed: Option<u32>, readings: &[(&Process, u32)]
     let engine = fixed.map_or(sum.min(100.0), f64::from);
     let scale = if sum > 0.0 { engine / sum } else { 0.0 };
     g.engine += engine * dt;
+    g.pcie_rx += pcie.0 * dt;
+    g.pcie_tx += pcie.1 * dt;
     for (p, sm) in readings {
         let share = f64::from(*sm) * scale / 100.0 * dt;
         g.sm += share * p.sm_activity_percent;
@@ -230,12 +250,15 @@ mod tests {
         let mut g = GpmCounters::default();
         let r: Vec<(&Process, u32)> = d.processes.iter().map(|p| (p, current(p))).collect();
         assert!(is_alive(me));
-        add_gpm(&mut g, d.utilization_gpu, &r, 1_000_000);
-        add_gpm(&mut g, d.utilization_gpu, &r, 1_010_000);
+        add_gpm(&mut g, d.utilization_gpu, &r, (5070.0, 305.0), 1_000_000);
+        add_gpm(&mut g, d.utilization_gpu, &r, (5070.0, 305.0), 1_010_000);
         // 10 ms, engine capped at 100 %, each process half of it at 96 % SM activity
         assert!((g.engine - 100.0 * 10_000.0).abs() < 1e-6);
         assert!((g.sm - 96.0 * 10_000.0).abs() < 1e-6, "{}", g.sm);
         assert!((g.tensor - 93.0 * 10_000.0).abs() < 1e-6);
+        // PCIe moves whether or not the engine is busy: 10 ms at the rates given
+        assert!((g.pcie_rx - 5070.0 * 10_000.0).abs() < 1e-6);
+        assert!((g.pcie_tx - 305.0 * 10_000.0).abs() < 1e-6);
     }
 }
 

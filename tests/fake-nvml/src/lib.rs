@@ -363,6 +363,26 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
     })
 }
 
+/// The PCIe rates of the live processes at the driver's latest reading, in KB/s as NVML gives
+/// them. The real call samples for ~20 ms (20.6-20.9 ms of wall time on the H100 host; put
+/// that in `delays_ms` to copy it) and read 4.81 GB/s of a pageable-copy step.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPcieThroughput(
+    handle: nvmlDevice_t,
+    counter: nvmlPcieUtilCounter_t,
+    value: *mut c_uint,
+) -> nvmlReturn_t {
+    let (rx, tx) = driver_state(handle, |st| st.pcie_now);
+    device("nvmlDeviceGetPcieThroughput", handle, |_| {
+        let mib_s = match counter {
+            nvmlPcieUtilCounter_enum_NVML_PCIE_UTIL_RX_BYTES => rx,
+            nvmlPcieUtilCounter_enum_NVML_PCIE_UTIL_TX_BYTES => tx,
+            _ => return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+        };
+        put(value, (mib_s * 1_048_576.0 / 1000.0) as c_uint)
+    })
+}
+
 fn memory_used(d: &scenario::Device) -> u64 {
     d.memory_used_bytes.unwrap_or_else(|| {
         (512 << 20)
@@ -736,12 +756,24 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(m: *mut nvmlGpmMetricsGet_t) -> nvmlR
                 nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_OCCUPANCY => Some(b.occupancy - a.occupancy),
                 nvmlGpmMetricId_t_NVML_GPM_METRIC_ANY_TENSOR_UTIL => Some(b.tensor - a.tensor),
                 nvmlGpmMetricId_t_NVML_GPM_METRIC_DRAM_BW_UTIL => Some(b.dram - a.dram),
+                // MiB/s, not percentages
+                nvmlGpmMetricId_t_NVML_GPM_METRIC_PCIE_RX_PER_SEC => Some(b.pcie_rx - a.pcie_rx),
+                nvmlGpmMetricId_t_NVML_GPM_METRIC_PCIE_TX_PER_SEC => Some(b.pcie_tx - a.pcie_tx),
                 _ => None,
             };
+            let percent = !matches!(
+                metric.metricId,
+                nvmlGpmMetricId_t_NVML_GPM_METRIC_PCIE_RX_PER_SEC
+                    | nvmlGpmMetricId_t_NVML_GPM_METRIC_PCIE_TX_PER_SEC
+            );
             match delta {
                 Some(v) => {
                     metric.nvmlReturn = OK;
-                    metric.value = (v / dt).clamp(0.0, 100.0);
+                    metric.value = if percent {
+                        (v / dt).clamp(0.0, 100.0)
+                    } else {
+                        (v / dt).max(0.0)
+                    };
                 }
                 None => metric.nvmlReturn = nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
             }

@@ -167,6 +167,15 @@ pub struct Process {
     pub occupancy_percent: f64,
     #[serde(default = "default_dram")]
     pub dram_percent: f64,
+    /// PCIe traffic the process moves while alive, MiB/s to the GPU (receive) and from it
+    /// (transmit), whether or not it computes: copies go on while the GPU idles. GPM read on
+    /// the H100 host (tests/fixtures/cuda-calls-h100): a pageable-copy step 5,070 / 305, pinned
+    /// copies under compute 11,258 / 677, a one-element-kernel loop 197 / 23, a matmul loop
+    /// 15.5 / 5.4, an idle process 0.14 / 0.28. Default 0.
+    #[serde(default)]
+    pub pcie_rx_mib_s: f64,
+    #[serde(default)]
+    pub pcie_tx_mib_s: f64,
 }
 
 fn default_sm_activity() -> f64 {
