@@ -18,10 +18,13 @@ Scenarios (each labelled with the verdict a user should get):
   gpu_bound   back-to-back bf16 matmuls.
   low_sm      a single-thread spinning kernel (torch.cuda._sleep): the GPU "busy" on one SM.
   idle        holds 2 GiB of GPU memory and sleeps.
+  mixed       pageable, then gpu_bound, then trainer_cpu, a third of SECONDS each.
+  resnet      a realistic step: torchvision's ResNet-50, batch 64 of synthetic images already on
+              the GPU, SGD with bf16 autocast (~1,000 kernel launches a step).
 
-Every step records its start, its length and how it was spent (copy_s, sync_s, cpu_s, gpu_s,
-launches); the file also holds the scenario, its label and the calibration. Ready and start
-lines go to stdout ("ready", "start <unix time>")."""
+Every step records its start, its length, how it was spent (copy_s, sync_s, cpu_s, gpu_s,
+launches) and its label; the file also holds the scenario and the calibration. Lines on stdout:
+"ready" once set up, then "phase LABEL start|end <unix time>" around each phase."""
 import ctypes
 import json
 import os
@@ -41,6 +44,8 @@ LABELS = {
     "gpu_bound": "GPU-bound",
     "low_sm": "low SM activity",
     "idle": "idle",
+    "mixed": None,
+    "resnet": "GPU-bound",
 }
 dev = torch.device("cuda")
 a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
@@ -72,13 +77,17 @@ def python_work(seconds_wanted):
     return x
 
 
-def run(body):
-    print("ready", flush=True)
+def run(body, label, length):
+    """Runs `body` for `length` seconds, each step labelled."""
+    first = len(steps)
     start = time.time()
-    print(f"start {start:.3f}", flush=True)
-    end = start + seconds
+    print(f"phase {label} start {start:.3f}", flush=True)
+    end = start + length
     while time.time() < end:
         body()
+    for st in steps[first:]:
+        st["label"] = label
+    print(f"phase {label} end {time.time():.3f}", flush=True)
 
 
 def pageable():
@@ -103,7 +112,7 @@ def pageable():
         t2 = time.time()
         steps.append({"t": t0, "d": t2 - t0, "copy_s": t1 - t0, "gpu_s": t2 - t1})
 
-    run(step)
+    return step
 
 
 def pinned():
@@ -138,7 +147,7 @@ def pinned():
         t1 = time.time()
         steps.append({"t": t0, "d": t1 - t0, "copy_s": 0.0, "gpu_s": t1 - t0})
 
-    run(step)
+    return step
 
 
 def launch():
@@ -152,7 +161,7 @@ def launch():
         t1 = time.time()
         steps.append({"t": t0, "d": t1 - t0, "launches": 1000, "cpu_s": t1 - t0})
 
-    run(step)
+    return step
 
 
 def trainer_cpu():
@@ -169,7 +178,7 @@ def trainer_cpu():
         t2 = time.time()
         steps.append({"t": t0, "d": t2 - t0, "cpu_s": t1 - t0, "gpu_s": t2 - t1, "loss": loss})
 
-    run(step)
+    return step
 
 
 def sync():
@@ -192,7 +201,7 @@ def sync():
         t2 = time.time()
         steps.append({"t": t0, "d": t2 - t0, "sync_s": t2 - t1, "cpu_s": t1 - t0})
 
-    run(step)
+    return step
 
 
 def gpu_bound():
@@ -203,7 +212,7 @@ def gpu_bound():
         t1 = time.time()
         steps.append({"t": t0, "d": t1 - t0, "gpu_s": t1 - t0})
 
-    run(step)
+    return step
 
 
 def low_sm():
@@ -216,7 +225,7 @@ def low_sm():
         t1 = time.time()
         steps.append({"t": t0, "d": t1 - t0, "gpu_s": t1 - t0})
 
-    run(step)
+    return step
 
 
 def idle():
@@ -227,14 +236,50 @@ def idle():
         time.sleep(0.5)
         steps.append({"t": t0, "d": time.time() - t0})
 
-    run(step)
+    return step
 
 
-body = globals().get(scenario)
-if scenario not in LABELS or body is None:
+def resnet():
+    import torchvision
+
+    model = torchvision.models.resnet50().to(dev).to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(64, 3, 224, 224, device=dev).to(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (64,), device=dev)
+
+    def one():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(5):
+        one()
+    torch.cuda.synchronize()
+
+    def step():
+        t0 = time.time()
+        loss = one().item()
+        t1 = time.time()
+        steps.append({"t": t0, "d": t1 - t0, "gpu_s": t1 - t0, "loss": loss})
+
+    return step
+
+
+if scenario not in LABELS:
     sys.exit(f"unknown scenario {scenario!r}: one of {', '.join(LABELS)}")
 print("pid", os.getpid(), flush=True)
-body()
-json.dump({"pid": os.getpid(), "scenario": scenario, "label": LABELS[scenario],
-           "calibration": calibration, "steps": steps}, open(out, "w"))
+if scenario == "mixed":
+    phases = [(name, globals()[name]()) for name in ("pageable", "gpu_bound", "trainer_cpu")]
+    print("ready", flush=True)
+    for name, body in phases:
+        run(body, LABELS[name], seconds / 3)
+else:
+    body = globals()[scenario]()
+    print("ready", flush=True)
+    run(body, LABELS[scenario], seconds)
+json.dump({"pid": os.getpid(), "scenario": scenario, "calibration": calibration, "steps": steps},
+          open(out, "w"))
 print("done", flush=True)

@@ -257,6 +257,7 @@ fn plain_message(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sampler::demand::TracingMode;
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::parse(text, Path::new("/etc/gpuwatch.yaml"))
@@ -306,8 +307,44 @@ mod tests {
     }
 
     #[test]
+    fn cuda_tracing_and_the_host_side_thresholds_are_checked_where_written() {
+        let c = parse("{}\n").unwrap();
+        assert_eq!(c.sources.cuda_tracing.mode, TracingMode::Adaptive);
+        assert_eq!(
+            c.sources.cuda_tracing.for_one_shot().mode,
+            TracingMode::Always
+        );
+        let c = parse("sources:\n  cuda_tracing: {mode: off}\n").unwrap();
+        assert_eq!(c.sources.cuda_tracing.for_one_shot().mode, TracingMode::Off);
+        for (text, field) in [
+            (
+                "sources:\n  cuda_tracing: {active_share: 2}\n",
+                "sources.cuda_tracing.active_share",
+            ),
+            (
+                "verdict:\n  copy_share_min: 1.5\n",
+                "verdict.copy_share_min",
+            ),
+            (
+                "verdict:\n  launch_host_max_us: 0\n",
+                "verdict.launch_host_max_us",
+            ),
+        ] {
+            let e = parse(text).expect_err(text);
+            assert!(e.to_string().contains(field), "{text}: {e}");
+            assert!(e.to_string().contains("line 2"), "{text}: {e}");
+        }
+        // (the key locator does not place a `.nan` value's key: the field is named alone)
+        let e = parse("verdict:\n  pcie_busy_bytes_per_second: .nan\n").expect_err("NaN");
+        assert!(
+            e.to_string()
+                .contains("verdict.pcie_busy_bytes_per_second`: NaN is not a positive number"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn read_tracing_is_adaptive_by_default_and_checked() {
-        use crate::sampler::demand::TracingMode;
         let c = parse("{}\n").unwrap();
         assert_eq!(c.sources.read_tracing.mode, TracingMode::Adaptive);
         assert_eq!(c.sources.read_tracing.linger, Duration::from_secs(300));

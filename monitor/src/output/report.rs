@@ -30,6 +30,9 @@ pub struct GpuSummary {
     pub mean_utilization_percent: Option<f64>,
     /// Mean SM activity (GPM, percent).
     pub mean_sm_activity_percent: Option<f64>,
+    /// Mean PCIe traffic, host to device and device to host (bytes/s).
+    pub mean_pcie_rx_bytes_per_second: Option<f64>,
+    pub mean_pcie_tx_bytes_per_second: Option<f64>,
     pub mean_temperature_celsius: Option<f64>,
     pub peak_temperature_celsius: Option<f64>,
     pub peak_memory_percent: Option<f64>,
@@ -156,6 +159,12 @@ pub fn summarise(rec: &Recording, name: &str) -> Report {
             name: g.name.clone(),
             mean_utilization_percent: mean(g.samples.iter().filter_map(|s| s.utilization_percent)),
             mean_sm_activity_percent: mean(g.samples.iter().filter_map(|s| s.sm_activity_percent)),
+            mean_pcie_rx_bytes_per_second: mean(
+                g.samples.iter().filter_map(|s| s.pcie_rx_bytes_per_second),
+            ),
+            mean_pcie_tx_bytes_per_second: mean(
+                g.samples.iter().filter_map(|s| s.pcie_tx_bytes_per_second),
+            ),
             mean_temperature_celsius: mean(g.samples.iter().filter_map(|s| s.temperature_celsius)),
             peak_temperature_celsius: g
                 .samples
@@ -266,6 +275,17 @@ fn pct(v: Option<f64>) -> String {
 
 fn opt(v: Option<f64>, unit: &str, digits: usize) -> String {
     v.map_or("–".into(), |v| format!("{v:.digits$}{unit}"))
+}
+
+/// A GPU's mean PCIe traffic each way, GB/s (`-` when the recording has none).
+fn pcie_text(g: &GpuSummary) -> String {
+    match (
+        g.mean_pcie_rx_bytes_per_second,
+        g.mean_pcie_tx_bytes_per_second,
+    ) {
+        (Some(rx), Some(tx)) => format!("{:.2} / {:.2} GB/s", rx / 1e9, tx / 1e9),
+        _ => "-".to_owned(),
+    }
 }
 
 fn alerts_text(a: &BTreeMap<String, AlertCount>) -> String {
@@ -401,16 +421,17 @@ pub fn markdown(r: &Report, chart: &dyn Fn(&str) -> Option<String>) -> String {
     let _ = writeln!(o, "## GPUs\n");
     let _ = writeln!(
         o,
-        "| GPU | name | mean busy | mean SM activity | mean / peak temperature | peak memory | alerts |\n|---|---|---|---|---|---|---|"
+        "| GPU | name | mean busy | mean SM activity | mean PCIe in / out | mean / peak temperature | peak memory | alerts |\n|---|---|---|---|---|---|---|---|"
     );
     for g in &r.gpus {
         let _ = writeln!(
             o,
-            "| {} | {} | {} | {} | {} / {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} / {} | {} | {} |",
             g.index,
             md(&g.name),
             opt(g.mean_utilization_percent, "%", 0),
             opt(g.mean_sm_activity_percent, "%", 0),
+            pcie_text(g),
             opt(g.mean_temperature_celsius, " °C", 0),
             opt(g.peak_temperature_celsius, " °C", 0),
             opt(g.peak_memory_percent, "%", 1),
@@ -458,15 +479,16 @@ pub fn html(r: &Report, svg: &dyn Fn(&str) -> Option<String>) -> String {
             let _ = writeln!(o, "<div class=\"chart\">{s}</div>");
         }
     }
-    o.push_str("<h2>GPUs</h2>\n<table><tr><th>GPU</th><th>name</th><th>mean busy</th><th>mean SM activity</th><th>peak temperature</th><th>peak memory</th><th>alerts</th></tr>\n");
+    o.push_str("<h2>GPUs</h2>\n<table><tr><th>GPU</th><th>name</th><th>mean busy</th><th>mean SM activity</th><th>mean PCIe in / out</th><th>peak temperature</th><th>peak memory</th><th>alerts</th></tr>\n");
     for g in &r.gpus {
         let _ = writeln!(
             o,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             g.index,
             esc(&g.name),
             opt(g.mean_utilization_percent, "%", 0),
             opt(g.mean_sm_activity_percent, "%", 0),
+            esc(&pcie_text(g)),
             opt(g.peak_temperature_celsius, " °C", 0),
             opt(g.peak_memory_percent, "%", 1),
             esc(&alerts_text(&g.alerts))
@@ -565,5 +587,28 @@ mod tests {
         assert!(md.contains("![train](plots/container-train.png)"));
         let page = html(&r, &|_| Some("<svg></svg>".into()));
         assert!(page.contains("<h3>train</h3>") && page.contains("<svg></svg>"));
+    }
+
+    #[test]
+    fn a_gpus_mean_pcie_traffic_is_in_the_report() {
+        let mut rec = Recording::default();
+        // The H100's pageable-copy step, one second at 5.07 GB/s in, then one idle
+        rec.gpus.insert(
+            0,
+            crate::recording::GpuSeries {
+                samples: [(5.07e9, 0.32e9), (0.001e9, 0.0)]
+                    .map(|(rx, tx)| crate::recording::GpuSample {
+                        pcie_rx_bytes_per_second: Some(rx),
+                        pcie_tx_bytes_per_second: Some(tx),
+                        ..Default::default()
+                    })
+                    .to_vec(),
+                ..Default::default()
+            },
+        );
+        let r = summarise(&rec, "run.csv");
+        let md = markdown(&r, &|_| None);
+        assert!(md.contains("| 2.54 / 0.16 GB/s |"), "{md}");
+        assert!(html(&r, &|_| None).contains("<td>2.54 / 0.16 GB/s</td>"));
     }
 }

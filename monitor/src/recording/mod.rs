@@ -39,6 +39,9 @@ pub struct GpuSample {
     pub utilization_percent: Option<f64>,
     /// GPM's SM activity (percent).
     pub sm_activity_percent: Option<f64>,
+    /// PCIe traffic, host to device and device to host.
+    pub pcie_rx_bytes_per_second: Option<f64>,
+    pub pcie_tx_bytes_per_second: Option<f64>,
     pub memory_used_bytes: Option<f64>,
     pub memory_total_bytes: Option<f64>,
     pub temperature_celsius: Option<f64>,
@@ -78,6 +81,8 @@ pub struct WorkloadSample {
     pub memory_bytes: Option<f64>,
     pub verdict: Option<VerdictKind>,
     pub input_bound_share: Option<f64>,
+    /// The host-side verdict's share of the window (copying, synchronising, its own CPU).
+    pub host_bound_share: Option<f64>,
     pub oom_batch_scale: Option<f64>,
     /// The GPU of the rank the others waited for (distributed jobs).
     pub straggler_gpu: Option<u32>,
@@ -184,6 +189,8 @@ impl Recording {
                         .map(|b| b * 100.0)
                         .or(row.utilization_gpu_percent),
                     sm_activity_percent: row.sm_activity_percent,
+                    pcie_rx_bytes_per_second: row.pcie_rx_bytes_per_second,
+                    pcie_tx_bytes_per_second: row.pcie_tx_bytes_per_second,
                     memory_used_bytes: row.memory_used_bytes,
                     memory_total_bytes: row.memory_total_bytes,
                     temperature_celsius: row.temperature_celsius,
@@ -207,6 +214,7 @@ impl Recording {
                     memory_bytes: row.memory_bytes,
                     verdict: row.verdict,
                     input_bound_share: row.input_bound_share,
+                    host_bound_share: row.host_bound_share,
                     oom_batch_scale: row.oom_batch_scale,
                     straggler_gpu: row.straggler_gpu.map(|g| g as u32),
                 });

@@ -62,6 +62,11 @@ pub struct Row {
     pub sm_activity_percent: Option<f64>,
     #[serde(with = "number")]
     pub tensor_activity_percent: Option<f64>,
+    /// A GPU row's PCIe traffic, host to device and device to host.
+    #[serde(with = "number")]
+    pub pcie_rx_bytes_per_second: Option<f64>,
+    #[serde(with = "number")]
+    pub pcie_tx_bytes_per_second: Option<f64>,
     #[serde(with = "number")]
     pub cpu_cores: Option<f64>,
     #[serde(with = "number")]
@@ -70,6 +75,22 @@ pub struct Row {
     pub verdict: Option<VerdictKind>,
     #[serde(with = "number")]
     pub input_bound_share: Option<f64>,
+    /// The host-side verdict's share (see the snapshot's `verdict.host_bound_share`).
+    #[serde(with = "number")]
+    pub host_bound_share: Option<f64>,
+    /// The workload's CUDA calls in the window, where traced: kernel launches a second, bytes a
+    /// second copied each way, and its training loop's share of the window in copies and in
+    /// synchronisations.
+    #[serde(with = "number")]
+    pub cuda_launches_per_second: Option<f64>,
+    #[serde(with = "number")]
+    pub cuda_h2d_bytes_per_second: Option<f64>,
+    #[serde(with = "number")]
+    pub cuda_d2h_bytes_per_second: Option<f64>,
+    #[serde(with = "number")]
+    pub copy_share: Option<f64>,
+    #[serde(with = "number")]
+    pub sync_share: Option<f64>,
     #[serde(with = "number")]
     pub oom_batch_scale: Option<f64>,
     /// The GPU of a distributed job's rank the others wait for.
@@ -292,7 +313,7 @@ mod tests {
     #[test]
     fn the_columns_are_the_fields_in_order() {
         let columns = Row::columns();
-        assert_eq!(columns.len(), 34);
+        assert_eq!(columns.len(), 42);
         assert_eq!(&columns[..3], ["timestamp", "unix_ms", "record"]);
         assert_eq!(columns.last(), Some(&"alert_summary"));
         // The header the csv crate writes for a row is the same list.

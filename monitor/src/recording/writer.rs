@@ -67,6 +67,8 @@ fn gpu_row(s: &Snapshot, g: &Gpu) -> Row {
         busy_split: busy.map(|b| serde_label(&b.split)).unwrap_or_default(),
         sm_activity_percent: activity.and_then(|a| a.sm_percent),
         tensor_activity_percent: activity.and_then(|a| a.tensor_percent),
+        pcie_rx_bytes_per_second: g.pcie.map(|p| p.rx_bytes_per_second),
+        pcie_tx_bytes_per_second: g.pcie.map(|p| p.tx_bytes_per_second),
         ..stamped(s, Record::Gpu)
     }
 }
@@ -74,6 +76,10 @@ fn gpu_row(s: &Snapshot, g: &Gpu) -> Row {
 fn workload_row(s: &Snapshot, w: &Workload) -> Row {
     let c = w.container.as_ref();
     let verdict = w.verdict.as_ref();
+    let host = verdict.and_then(|v| v.host);
+    // Rates only from a window the probes covered whole.
+    let window = s.window_seconds.filter(|w| *w > 0.0).unwrap_or(1.0);
+    let cuda = w.cuda.as_ref().filter(|c| c.traced);
     // The least exact method among its GPUs: an estimate anywhere makes the row one.
     let split = w
         .gpu
@@ -103,6 +109,12 @@ fn workload_row(s: &Snapshot, w: &Workload) -> Row {
         memory_bytes: w.memory.map(|m| m.usage_bytes as f64),
         verdict: verdict.map(|v| v.kind),
         input_bound_share: verdict.and_then(|v| v.input_bound_share),
+        host_bound_share: verdict.and_then(|v| v.host_bound_share),
+        cuda_launches_per_second: cuda.map(|c| c.total.launches as f64 / window),
+        cuda_h2d_bytes_per_second: cuda.map(|c| c.total.h2d.bytes as f64 / window),
+        cuda_d2h_bytes_per_second: cuda.map(|c| c.total.d2h.bytes as f64 / window),
+        copy_share: host.and_then(|h| h.copy_share),
+        sync_share: host.and_then(|h| h.sync_share),
         oom_batch_scale: w.oom_headroom.and_then(|h| h.batch_scale),
         straggler_gpu: w.straggler.as_ref().map(|s| f64::from(s.gpu)),
         ..stamped(s, Record::Workload)

@@ -3,15 +3,16 @@
 //! and turns this round's counters minus the previous round's into each workload's
 //! [`CudaWindow`].
 //!
-//! Wanted while a published round shows a workload whose GPU idles at least `idle_share` of the
-//! window while its training loop (the GPU processes' main threads) is busy at least
-//! `active_share` of it: the case where thread states alone cannot tell copies, launches,
-//! synchronisation and the loop's own CPU work apart.
+//! Wanted while a round shows a workload whose GPU idles at least `idle_share` of the window
+//! while its training loop (the GPU processes' main threads) is busy at least `active_share` of
+//! it: the case where thread states alone cannot tell copies, launches, synchronisation and the
+//! loop's own CPU work apart. Rounds are looked at as they are taken (the GPU's instantaneous
+//! reading for its busy share) and again once published (the series').
 use super::demand::{Demand, TracingMode};
 use crate::events::{EventCounters, InternalEvent};
 use crate::model::{
     CudaCalls, CudaProcessCalls, CudaTracingState, CudaWindow, DriverLibrary, Gpu, ProcessRole,
-    Snapshot, SourceState, Transfer,
+    Snapshot, SourceState, Transfer, Workload,
 };
 use crate::sources::cuda_probe::library::{self, LibraryFile};
 use crate::sources::cuda_probe::{entry_points, CudaProbe};
@@ -164,6 +165,20 @@ impl CudaTracing {
     pub fn observe(&mut self, snap: &Snapshot) {
         self.demand
             .note(needs_evidence(snap, &self.config), Instant::now());
+    }
+
+    /// Looks at a round as it is taken (see [`needs_evidence_now`]).
+    pub fn observe_taken<'a>(
+        &mut self,
+        workloads: impl IntoIterator<Item = &'a Workload>,
+        gpus: &[Gpu],
+        window: Option<f64>,
+    ) {
+        let Some(window) = window.filter(|w| *w > 0.0) else {
+            return;
+        };
+        let why = needs_evidence_now(workloads, gpus, window, &self.config);
+        self.demand.note(why, Instant::now());
     }
 
     /// One round: finds new GPU processes' libraries, attaches or detaches as wanted, reads the
@@ -408,32 +423,72 @@ fn calls(s: &CudaStats) -> CudaCalls {
     }
 }
 
-/// The first workload whose GPU idles while its training loop works, in words.
+/// The share of the window the workload's training loop (its GPU processes' main threads, mean)
+/// was on a CPU or waiting for one; `None` without them.
+fn loop_busy(w: &Workload, window: f64) -> Option<f64> {
+    let mains: Vec<f64> = w
+        .stalls
+        .as_ref()?
+        .processes
+        .iter()
+        .filter(|p| p.role == ProcessRole::Gpu)
+        .filter_map(|p| p.main_thread)
+        .map(|m| (m.on_cpu_seconds + m.runq_seconds) / window)
+        .collect();
+    (!mains.is_empty()).then(|| mains.iter().sum::<f64>() / mains.len() as f64)
+}
+
+/// Why a workload whose GPU is `busy` needs the evidence, in words, or `None`.
+fn needs(w: &Workload, busy: f64, window: f64, c: &CudaTracingConfig) -> Option<String> {
+    let idle = 1.0 - busy;
+    let loop_busy = loop_busy(w, window)?;
+    (!w.exited && idle >= c.idle_share && loop_busy >= c.active_share).then(|| {
+        format!(
+            "{}: GPU idle {:.0}% while its training loop is busy {:.0}%",
+            w.name,
+            idle * 100.0,
+            loop_busy * 100.0
+        )
+    })
+}
+
+/// The first workload of a published round whose GPU idles while its training loop works.
 fn needs_evidence(snap: &Snapshot, c: &CudaTracingConfig) -> Option<String> {
     let window = snap.window_seconds.filter(|w| *w > 0.0)?;
-    snap.workloads.iter().filter(|w| !w.exited).find_map(|w| {
-        let idle = 1.0 - w.gpu.busy_fraction?;
-        let mains: Vec<f64> = w
-            .stalls
-            .as_ref()?
-            .processes
+    snap.workloads
+        .iter()
+        .find_map(|w| needs(w, w.gpu.busy_fraction?, window, c))
+}
+
+/// The same of a round as it is taken, before its GPU series: the instantaneous utilisation
+/// reading of the GPUs a workload holds alone stands in for its busy share. A trigger only (it
+/// can alias with a periodic load); it spares the wait for the series, up to
+/// `nvml_series_interval` and more.
+fn needs_evidence_now<'a>(
+    workloads: impl IntoIterator<Item = &'a Workload>,
+    gpus: &[Gpu],
+    window: f64,
+    c: &CudaTracingConfig,
+) -> Option<String> {
+    workloads.into_iter().find_map(|w| {
+        let readings: Vec<f64> = w
+            .gpu
+            .per_gpu
             .iter()
-            .filter(|p| p.role == ProcessRole::Gpu)
-            .filter_map(|p| p.main_thread)
-            .map(|m| (m.on_cpu_seconds + m.runq_seconds) / window)
-            .collect();
-        if mains.is_empty() {
+            .map(|share| {
+                let g = gpus.iter().find(|g| g.device.index == share.index)?;
+                let alone = g
+                    .processes
+                    .iter()
+                    .all(|p| p.workload.as_ref() == Some(&w.id));
+                alone.then_some(g.device.utilization_gpu_percent? as f64 / 100.0)
+            })
+            .collect::<Option<_>>()?;
+        if readings.is_empty() {
             return None;
         }
-        let busy = mains.iter().sum::<f64>() / mains.len() as f64;
-        (idle >= c.idle_share && busy >= c.active_share).then(|| {
-            format!(
-                "{}: GPU idle {:.0}% while its training loop is busy {:.0}%",
-                w.name,
-                idle * 100.0,
-                busy * 100.0
-            )
-        })
+        let busy = readings.iter().sum::<f64>() / readings.len() as f64;
+        needs(w, busy, window, c)
     })
 }
 
@@ -483,6 +538,28 @@ mod tests {
             why.contains("GPU idle 80% while its training loop is busy 97%"),
             "{why}"
         );
+    }
+
+    #[test]
+    fn a_round_as_taken_needs_it_from_the_gpus_reading_when_held_alone() {
+        use crate::model::test_support::{gpu, process};
+        use crate::model::WorkloadGpuShare;
+        let c = CudaTracingConfig::default();
+        let mut snap = round(0.0, 0.9);
+        let w = &mut snap.workloads[0];
+        w.gpu.busy_fraction = None; // not known until the series
+        w.gpu.per_gpu.push(WorkloadGpuShare::new(0, None));
+        let mut g = gpu(0);
+        g.processes.push(process(7, Some(&w.id), 1 << 30));
+        g.device.utilization_gpu_percent = Some(75);
+        let w = &snap.workloads[0];
+        assert!(needs_evidence_now([w], std::slice::from_ref(&g), 1.0, &c).is_some());
+        g.device.utilization_gpu_percent = Some(76);
+        assert!(needs_evidence_now([w], std::slice::from_ref(&g), 1.0, &c).is_none());
+        // another workload's process on it: the reading is not this workload's
+        g.device.utilization_gpu_percent = Some(20);
+        g.processes.push(process(8, None, 1 << 30));
+        assert!(needs_evidence_now([w], std::slice::from_ref(&g), 1.0, &c).is_none());
     }
 
     #[test]

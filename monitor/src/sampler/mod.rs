@@ -392,6 +392,7 @@ impl Sampler {
         if probe_ok {
             self.stalls.end_round(&self.proc_root);
         }
+        self.cuda.observe_taken(workloads.values(), &gpus, window);
         if self
             .cuda
             .step(&gpus, &self.proc_root, now_us / 1000, &self.events)

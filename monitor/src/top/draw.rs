@@ -73,9 +73,17 @@ impl View {
 
     fn draw_gpus(&self, f: &mut Frame, s: &Snapshot, area: Rect) {
         let rows: Vec<Row> = s.gpus.iter().map(|g| self.gpu_row(g)).collect();
-        let widths = [4, 22, 6, 6, 18, 7, 12, 6].map(Constraint::Length);
+        let widths = [4, 22, 6, 6, 18, 7, 12, 6, 16].map(Constraint::Length);
         let header = [
-            "GPU", "NAME", "BUSY", "SM", "MEMORY", "TEMP°C", "POWER", "PROCS",
+            "GPU",
+            "NAME",
+            "BUSY",
+            "SM",
+            "MEMORY",
+            "TEMP°C",
+            "POWER",
+            "PROCS",
+            "PCIE IN/OUT",
         ];
         f.render_widget(
             Table::new(rows, widths)
@@ -124,6 +132,13 @@ impl View {
                 _ => "-".into(),
             }),
             Cell::from(g.processes.len().to_string()),
+            Cell::from(g.pcie.map_or("-".into(), |p| {
+                format!(
+                    "{:.1}/{:.1} GB/s",
+                    p.rx_bytes_per_second / 1e9,
+                    p.tx_bytes_per_second / 1e9
+                )
+            })),
         ])
     }
 

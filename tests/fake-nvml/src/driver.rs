@@ -176,7 +176,9 @@ fn poll_device(state: &mut DeviceState, d: &Device, now: u64) {
         .processes
         .iter()
         .filter(|p| alive(p.pid))
-        .fold((0.0, 0.0), |(rx, tx), p| (rx + p.pcie_rx_mib_s, tx + p.pcie_tx_mib_s));
+        .fold((0.0, 0.0), |(rx, tx), p| {
+            (rx + p.pcie_rx_mib_s, tx + p.pcie_tx_mib_s)
+        });
     add_gpm(&mut state.gpm, fixed, &readings, pcie, now);
     state.pcie_now = pcie;
     if state.period_end_us == 0 {

@@ -35,7 +35,7 @@ type WorkloadFigure = (
     fn(&Workload) -> Option<f64>,
 );
 
-fn workload_figures() -> [WorkloadFigure; 9] {
+fn workload_figures() -> [WorkloadFigure; 10] {
     [
         (
             "gpuwatch_container_gpu_processes",
@@ -85,6 +85,14 @@ fn workload_figures() -> [WorkloadFigure; 9] {
             ratio_unit(),
             Gauge,
             |w| w.verdict.as_ref()?.input_bound_share,
+        ),
+        (
+            "gpuwatch_container_host_bound",
+            "Share of the last window the training loop spent on its host-side verdict's cause \
+             (copying, synchronising while the GPU idled, its own CPU work or launches).",
+            ratio_unit(),
+            Gauge,
+            |w| w.verdict.as_ref()?.host_bound_share,
         ),
         (
             "gpuwatch_container_oom_headroom_batch_scale",
@@ -167,11 +175,42 @@ pub(super) fn encode(enc: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), st
         let samples = ws.iter().filter_map(|(w, l)| Some((l.clone(), read(w)?)));
         family(enc, name, help, unit, kind, samples)?;
     }
+    let window = s.window_seconds.filter(|x| *x > 0.0).unwrap_or(1.0);
+    let traced = |w: &Workload| w.cuda.as_ref().filter(|c| c.traced).map(|c| c.total);
+    family(
+        enc,
+        "gpuwatch_container_cuda_kernel_launches_per_second",
+        "Kernel launches of the container's GPU processes over the last window (while the CUDA \
+         driver probes were attached for all of it).",
+        None,
+        Gauge,
+        ws.iter()
+            .filter_map(|(w, l)| Some((l.clone(), traced(w)?.launches as f64 / window))),
+    )?;
+    family(
+        enc,
+        "gpuwatch_container_cuda_copy_bytes_per_second",
+        "Bytes the container's GPU processes copied between host and GPU in the last window \
+         (direction: to_gpu, from_gpu; while the CUDA driver probes were attached).",
+        None,
+        Gauge,
+        ws.iter().flat_map(|(w, l)| {
+            traced(w).into_iter().flat_map(move |c| {
+                [("to_gpu", c.h2d.bytes), ("from_gpu", c.d2h.bytes)].map(|(dir, bytes)| {
+                    (
+                        with(l.clone(), &[("direction", dir.to_owned())]),
+                        bytes as f64 / window,
+                    )
+                })
+            })
+        }),
+    )?;
     family(
         enc,
         "gpuwatch_container_verdict",
-        "1 for the container's current verdict (input-bound: I/O, input-bound: CPU, GPU-bound, \
-         idle, unknown).",
+        "1 for the container's current verdict (input-bound: I/O, input-bound: CPU, host-bound: \
+         transfers, host-bound: launches, host-bound: CPU, host-bound: sync, GPU-bound, low SM \
+         activity, idle, unknown).",
         None,
         Gauge,
         ws.iter().filter_map(|(w, l)| {

@@ -158,6 +158,23 @@ pub(super) fn encode(
     }
     family(
         enc,
+        "gpuwatch_gpu_pcie_traffic_bytes_per_second",
+        "PCIe traffic over the span holding the last window (direction: to_gpu, from_gpu; GPM, \
+         or the driver's throughput counter on GPUs without it).",
+        None,
+        Gauge,
+        s.gpus.iter().flat_map(|g| {
+            g.pcie.into_iter().flat_map(move |p| {
+                [
+                    ("to_gpu", p.rx_bytes_per_second),
+                    ("from_gpu", p.tx_bytes_per_second),
+                ]
+                .map(|(dir, v)| (with(labels(&g.device), &[("direction", dir.to_owned())]), v))
+            })
+        }),
+    )?;
+    family(
+        enc,
         "gpuwatch_gpu_persistence_mode",
         "1 when persistence mode is on.",
         None,
