@@ -86,9 +86,17 @@ fn run() -> Result<()> {
     }
 }
 
+/// Libraries whose debug and trace events carry tenant data, capped at INFO whatever `--log`
+/// asks: bollard logs every inspect body (a container's environment: its secrets) at DEBUG, the
+/// HTTP stacks headers and bodies.
+const CAPPED_AT_INFO: [&str; 5] = ["bollard", "hyper", "hyper_util", "ureq", "ureq_proto"];
+
 fn init_logging(format: LogFormat, filter: &str) -> Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+    let mut filter = tracing_subscriber::EnvFilter::try_new(filter)
         .with_context(|| format!("invalid --log filter {filter:?}"))?;
+    for target in CAPPED_AT_INFO {
+        filter = filter.add_directive(format!("{target}=info").parse()?);
+    }
     use std::io::IsTerminal;
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()

@@ -652,3 +652,38 @@ fn a_cgroup_named_like_another_container_is_not_that_container() {
     );
     assert!(run.stderr.contains("looks like docker:"), "{}", run.stderr);
 }
+
+/// Docker's inspect bodies hold every container's environment; bollard logs them at DEBUG.
+/// With `--log debug` (and `trace` asked for bollard itself), no output of gpuwatch carries a
+/// container's secret.
+#[test]
+fn debug_logs_carry_no_containers_environment() {
+    require_root();
+    const SECRET: &str = "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY";
+    let c = Container::start_with(
+        &unique("secret"),
+        &[],
+        &["-e", &format!("AWS_SECRET_ACCESS_KEY={SECRET}")],
+        "sleep 3600",
+    );
+    for filter in ["debug", "trace,bollard=trace,hyper=trace"] {
+        let out = std::process::Command::new(gpuwatch_bin())
+            .args(["snapshot", "--json", "--no-nvml", "--window", "1s"])
+            .env("GPUWATCH_LOG", filter)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{filter}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stdout.contains(&c.name),
+            "{filter}: the container is seen: {stdout}"
+        );
+        assert!(
+            stderr.contains("DEBUG"),
+            "{filter}: debug logging is on: {stderr}"
+        );
+        assert!(!stdout.contains(SECRET), "{filter}: the secret in stdout");
+        assert!(!stderr.contains(SECRET), "{filter}: the secret in the log");
+    }
+}

@@ -28,13 +28,7 @@ use crate::model::{CudaCalls, HostSide, ProcessRole, VerdictKind, Workload};
 
 /// The host-side facts of a workload in one window, `None` without a stall window or a GPU
 /// process whose main thread was seen.
-pub fn host_side(
-    w: &Workload,
-    window: f64,
-    busy: f64,
-    pcie: Option<f64>,
-    config: &VerdictConfig,
-) -> Option<HostSide> {
+pub fn host_side(w: &Workload, window: f64, busy: f64, pcie: Option<f64>) -> Option<HostSide> {
     let stalls = w.stalls.as_ref()?;
     let busy_shares: Vec<f64> = stalls
         .processes

@@ -402,7 +402,7 @@ pub fn assess(
     let (loader, host) = if ebpf.up {
         (
             loader_summary(w, window),
-            host_side::host_side(w, window, busy, pcie(w), config),
+            host_side::host_side(w, window, busy, pcie(w)),
         )
     } else {
         (None, None)

@@ -45,7 +45,9 @@ pub(crate) struct Cli {
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
     pub(crate) log_format: LogFormat,
-    /// Log filter (tracing-subscriber syntax), e.g. `info`, `gpuwatch=debug`.
+    /// Log filter (tracing-subscriber syntax), e.g. `info`, `gpuwatch=debug`. The Docker client
+    /// and the HTTP libraries (bollard, hyper, ureq) log at most INFO whatever this asks: their
+    /// debug events carry containers' environments and request bodies.
     #[arg(long, env = "GPUWATCH_LOG", default_value = "warn", global = true)]
     pub(crate) log: String,
     /// The YAML config file (docs/config.md); without one, the defaults.
