@@ -29,6 +29,14 @@ impl FieldError {
     }
 }
 
+/// The first of `fields` that is not a share (0–1, NaN refused), as an error at its field.
+pub fn check_shares(fields: &[(&str, f64)]) -> Result<(), FieldError> {
+    match fields.iter().find(|(_, v)| !(0.0..=1.0).contains(v)) {
+        Some((field, v)) => Err(FieldError::new(*field, format!("{v} is not a share (0–1)"))),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -234,7 +234,9 @@ fn probes_attach_while_a_gpu_idles_under_a_busy_loop_and_detach_after() {
     let _cpu = cpu_timed();
     let dir = tempfile::tempdir().unwrap();
     // A GPU-bound job that keeps launching (never needs the probes), and a launch-bound job
-    // that stops after 6 s (needs them, then no longer).
+    // that starts 4 s into the recording and stops 6 s later (needs them, then no longer).
+    let go = tempfile::tempdir().unwrap();
+    let trigger = format!("{}:/go", go.path().display());
     let busy = cuda_container(
         &unique("cuda-busy"),
         &[],
@@ -244,8 +246,8 @@ fn probes_attach_while_a_gpu_idles_under_a_busy_loop_and_detach_after() {
     let bound = cuda_container(
         &unique("cuda-bound"),
         &[],
-        &[],
-        "--seconds 6 launch:1000:7.5 sync",
+        &["-v", &trigger],
+        "--wait /go/start --seconds 6 launch:1000:7.5 sync",
     );
     let scen = dir.path().join("scenario.json");
     std::fs::write(&scen, scenario(&[(&busy, 98), (&bound, 31)]).to_string()).unwrap();
@@ -256,7 +258,7 @@ fn probes_attach_while_a_gpu_idles_under_a_busy_loop_and_detach_after() {
     )
     .unwrap();
     let out = dir.path().join("rec.jsonl");
-    let status = gpuwatch_on(&scen)
+    let mut record = gpuwatch_on(&scen)
         .args([
             "record",
             "--format",
@@ -264,22 +266,27 @@ fn probes_attach_while_a_gpu_idles_under_a_busy_loop_and_detach_after() {
             "--interval",
             "1s",
             "--duration",
-            "15s",
+            "17s",
         ])
         .arg("--config")
         .arg(&config)
         .arg("-o")
         .arg(&out)
-        .status()
+        .spawn()
         .unwrap();
-    assert!(status.success());
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    std::fs::write(go.path().join("start"), "").unwrap();
+    assert!(record.wait().unwrap().success());
     let rows = rows(&out);
     assert!(rows.len() >= 12, "{} rows", rows.len());
     let attached: Vec<bool> = rows
         .iter()
         .map(|r| r["cuda_tracing"]["attached"] == true)
         .collect();
-    assert!(!attached[0], "attached before any round needed it");
+    assert!(
+        !attached[0] && !attached[1],
+        "attached while only the GPU-bound job ran: {attached:?}"
+    );
     let on = attached.iter().position(|a| *a).expect("never attached");
     let off = on
         + attached[on..]

@@ -94,7 +94,7 @@ impl Default for VerdictConfig {
 
 impl VerdictConfig {
     pub fn validate(&self) -> Result<(), crate::field_error::FieldError> {
-        let shares = [
+        crate::field_error::check_shares(&[
             ("gpu_bound_idle_max", self.gpu_bound_idle_max),
             ("idle_busy_max", self.idle_busy_max),
             ("loader_idle", self.loader_idle),
@@ -105,15 +105,7 @@ impl VerdictConfig {
             ("sm_active_min", self.sm_active_min),
             ("copy_share_min", self.copy_share_min),
             ("sync_idle_min", self.sync_idle_min),
-        ];
-        for (field, v) in shares {
-            if !(0.0..=1.0).contains(&v) {
-                return Err(crate::field_error::FieldError::new(
-                    field,
-                    format!("{v} is not a share (0–1)"),
-                ));
-            }
-        }
+        ])?;
         for (field, v) in [
             ("straggler_spread_points", self.straggler_spread_points),
             ("launch_host_max_us", self.launch_host_max_us),

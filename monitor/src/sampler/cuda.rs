@@ -59,18 +59,10 @@ impl CudaTracingConfig {
     }
 
     pub fn validate(&self) -> Result<(), crate::field_error::FieldError> {
-        for (field, v) in [
+        crate::field_error::check_shares(&[
             ("idle_share", self.idle_share),
             ("active_share", self.active_share),
-        ] {
-            if !(0.0..=1.0).contains(&v) {
-                return Err(crate::field_error::FieldError::new(
-                    field,
-                    format!("{v} is not a share (0–1)"),
-                ));
-            }
-        }
-        Ok(())
+        ])
     }
 }
 
