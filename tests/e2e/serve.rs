@@ -775,3 +775,91 @@ fn wait_for_metrics(url: &str, ready: impl Fn(&str) -> bool) -> String {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// A TCP connection to `host` (`ip:port`) whose receive buffer is `rcvbuf` bytes, set before
+/// the connection (when the window is negotiated).
+fn connect_with_small_window(host: &str, rcvbuf: i32) -> std::net::TcpStream {
+    use std::os::fd::FromRawFd;
+    let addr: std::net::SocketAddrV4 = host.parse().unwrap();
+    // SAFETY: plain socket calls on a descriptor this function owns until it hands it over.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0);
+        let ok = libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&rcvbuf as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        );
+        assert_eq!(ok, 0);
+        let sin = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: addr.port().to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(*addr.ip()).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let r = libc::connect(
+            fd,
+            (&sin as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+        std::net::TcpStream::from_raw_fd(fd)
+    }
+}
+
+/// Clients that ask for `/metrics` and stop reading are closed once the server's writes stall
+/// for the write-stall timeout (10 s): when they read again they find the rest cut off. Before,
+/// each held its whole response for as long as it kept the socket open (40 of them took the
+/// agent from 55 to 742 MB; 5 were still open after 145 s).
+#[test]
+fn clients_that_stop_reading_their_response_are_closed() {
+    use std::io::{Read, Write};
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    // 300 GPUs make a /metrics of several hundred KB: more than the socket buffers hold.
+    let devices: Vec<Value> = (0..300)
+        .map(|i| json!({"uuid": format!("GPU-00000000-0000-0000-0000-{i:012}")}))
+        .collect();
+    let scenario = dir.path().join("scenario.json");
+    std::fs::write(&scenario, json!({ "devices": devices }).to_string()).unwrap();
+    let (_agent, addr) = serve(&scenario, &["--no-docker", "--no-ebpf"]);
+    let full = wait_for_metrics(&addr, |m| {
+        m.contains("GPU-00000000-0000-0000-0000-000000000299")
+    });
+    let host = addr.trim_start_matches("http://").to_owned();
+    let mut readers: Vec<std::net::TcpStream> = (0..5)
+        .map(|_| {
+            let mut s = connect_with_small_window(&host, 2048);
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                .unwrap();
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(14));
+    for s in &mut readers {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut got = 0usize;
+        let mut buf = [0u8; 65536];
+        let closed = loop {
+            match s.read(&mut buf) {
+                Ok(0) => break true,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+                Err(_) => break false, // still open, waiting for more
+            }
+        };
+        assert!(closed, "still open after 14 s unread ({got} bytes read)");
+        assert!(
+            got < full.len(),
+            "the whole response came ({got} of {} bytes): nothing was cut",
+            full.len()
+        );
+    }
+    // The agent goes on serving.
+    let (status, _) = get(&format!("{addr}/metrics"));
+    assert_eq!(status, 200);
+}
