@@ -24,6 +24,22 @@ pub fn terminal(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// A tenant string cut to at most `max` characters, the last of them an ellipsis when cut: a
+/// label of a megabyte would otherwise widen every table row past what a terminal (or Rust's
+/// formatter, at 65,535) takes, and repeat in every series of `/metrics`.
+pub fn bounded(s: &str, max: usize) -> Cow<'_, str> {
+    match s.char_indices().nth(max) {
+        None => Cow::Borrowed(s),
+        Some(_) => {
+            let cut = s
+                .char_indices()
+                .nth(max.saturating_sub(1))
+                .map_or(0, |(i, _)| i);
+            Cow::Owned(format!("{}…", &s[..cut]))
+        }
+    }
+}
+
 /// For a Markdown table cell: the terminal escapes, then the characters Markdown or the HTML
 /// inside it would act on (`|`, `` ` ``, `*`, `_`, `[`, `]`, `<`, `>`, `&`, `#`) escaped.
 pub fn markdown(s: &str) -> String {
@@ -46,6 +62,18 @@ pub fn markdown(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tenant_string_is_cut_at_a_character_with_an_ellipsis() {
+        assert!(matches!(bounded("trainer", 7), Cow::Borrowed("trainer")));
+        assert_eq!(bounded("trainer", 6), "train…");
+        // multi-byte characters are never split
+        assert_eq!(bounded("ééééé", 3), "éé…");
+        let huge = "x".repeat(1 << 20);
+        let cut = bounded(&huge, 256);
+        assert_eq!(cut.chars().count(), 256);
+        assert!(cut.ends_with('…'));
+    }
 
     #[test]
     fn a_terminal_sees_no_control_character() {

@@ -5,6 +5,10 @@ use std::fmt::Write;
 
 const GIB: f64 = (1u64 << 30) as f64;
 
+/// The most characters a cell shows: a tenant's name, image or label can be a megabyte (Rust's
+/// formatter refuses widths past 65,535, and every row would be as wide).
+const CELL_MAX_CHARS: usize = 160;
+
 fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
@@ -13,12 +17,16 @@ fn gib(bytes: u64) -> String {
     format!("{:.2}", bytes as f64 / GIB)
 }
 
-/// Left-aligned columns sized to their widest cell, each cell escaped for the terminal (names
-/// and labels are the tenants').
+/// Left-aligned columns sized to their widest cell, each cell cut to [`CELL_MAX_CHARS`] and
+/// escaped for the terminal (names and labels are the tenants').
 fn render(header: &[&str], rows: &[Vec<String>]) -> String {
     let rows: Vec<Vec<String>> = rows
         .iter()
-        .map(|r| r.iter().map(|c| escape::terminal(c).into_owned()).collect())
+        .map(|r| {
+            r.iter()
+                .map(|c| escape::terminal(&escape::bounded(c, CELL_MAX_CHARS)).into_owned())
+                .collect()
+        })
         .collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for r in &rows {
@@ -287,4 +295,24 @@ pub fn render_alert_line(a: &crate::health::alerts::Alert) -> String {
     }
     // One transition, one line: a name cannot end it early or forge the next.
     escape::terminal(&line).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::test_support::{container, snapshot};
+
+    #[test]
+    fn a_megabyte_label_is_cut_in_the_table_not_fatal() {
+        // A 1 MiB compose service (any tenant can set one) crashed `snapshot` (a format width
+        // past 65,535) and made every row 10,400 characters wide at 10 KiB.
+        let mut w = container("trainer");
+        let mut info = (**w.container.as_ref().unwrap()).clone();
+        info.compose_service = Some("s".repeat(1 << 20));
+        w.container = Some(std::sync::Arc::new(info));
+        let text = render_snapshot(&snapshot(0, Vec::new(), vec![w]));
+        let longest = text.lines().map(|l| l.chars().count()).max().unwrap();
+        assert!(longest < 400, "a row of {longest} characters");
+        assert!(text.contains(&format!("{}…", "s".repeat(CELL_MAX_CHARS - 1))));
+    }
 }

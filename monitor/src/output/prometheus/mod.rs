@@ -14,6 +14,7 @@ mod alerts;
 mod container;
 mod gpu;
 
+use super::escape;
 use super::published::Published;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -50,6 +51,11 @@ impl Collector for SnapshotCollector {
 type Labels = Vec<(&'static str, String)>;
 
 /// One family: a descriptor, then one sample per label set.
+/// The most characters a label value carries: tenants choose names, images and compose labels,
+/// and a megabyte of label repeats in every series of its container (17 MB of `/metrics` for
+/// two containers before this).
+const LABEL_MAX_CHARS: usize = 256;
+
 fn family<I>(
     enc: &mut DescriptorEncoder,
     name: &str,
@@ -62,7 +68,12 @@ where
     I: IntoIterator<Item = (Labels, f64)>,
 {
     let mut m = enc.encode_descriptor(name, help, unit.as_ref(), kind)?;
-    for (labels, v) in samples {
+    for (mut labels, v) in samples {
+        for (_, value) in &mut labels {
+            if let std::borrow::Cow::Owned(cut) = escape::bounded(value, LABEL_MAX_CHARS) {
+                *value = cut;
+            }
+        }
         let sample = m.encode_family(&labels)?;
         match kind {
             MetricType::Counter => ConstCounter::new(v).encode(sample)?,
@@ -226,6 +237,30 @@ mod tests {
         );
         assert!(most_labels <= 15, "a series with {most_labels} labels");
         eprintln!("worst container: {worst} series; most labels on a series: {most_labels}");
+    }
+
+    #[test]
+    fn a_megabyte_label_value_is_cut_in_every_series() {
+        // Two containers with 1 MiB compose labels made /metrics 17 MB.
+        let mut workloads = Vec::new();
+        for i in 0..2 {
+            let mut w = full_container(i, 1);
+            let mut info = (**w.container.as_ref().unwrap()).clone();
+            info.compose_service = Some("s".repeat(1 << 20));
+            info.name = format!("{}{i}", "n".repeat(1 << 20));
+            w.container = Some(Arc::new(info));
+            w.name = w.container.as_ref().unwrap().name.clone();
+            workloads.push(w);
+        }
+        let e = Arc::new(Published {
+            snapshot: snapshot(1_700_000_000_000, vec![gpu(0)], workloads),
+            alerts: Vec::new(),
+            xid_totals: BTreeMap::new(),
+        });
+        let text = render(&e).expect("render");
+        assert!(text.len() < 200_000, "{} bytes", text.len());
+        let cut = format!("compose_service=\"{}…\"", "s".repeat(LABEL_MAX_CHARS - 1));
+        assert!(text.contains(&cut));
     }
 
     #[test]
