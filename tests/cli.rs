@@ -290,3 +290,57 @@ fn json_is_short_for_format_json_everywhere() {
         serde_json::from_str::<serde_json::Value>(l).expect("a JSON line");
     }
 }
+
+/// Intervals outside 100 ms to 24 h are refused before anything starts: `1ns` made `watch`
+/// spin a CPU and grow 175 MB/s, `300000000000y` passed `check-config` and then panicked.
+#[test]
+fn absurd_intervals_are_refused_where_they_are_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gpuwatch.yaml");
+    for (value, shown) in [("1ns", "1ns"), ("300000000000y", "300000000000years")] {
+        std::fs::write(&config, format!("# sampling\ninterval: {value}\n")).unwrap();
+        let (ok, _, err) = gpuwatch(&["check-config", config.to_str().unwrap()]);
+        assert!(!ok, "{value} passed check-config");
+        assert!(
+            err.contains("line 2") && err.contains("field `interval`"),
+            "{value}: {err}"
+        );
+        assert!(
+            err.contains(&format!("{shown} is outside 100ms to 24h")),
+            "{err}"
+        );
+        let out = dir.path().join("rec.csv");
+        let (ok, _, err) = gpuwatch(&[
+            "record",
+            "--no-nvml",
+            "--no-docker",
+            "--no-ebpf",
+            "--duration",
+            "1s",
+            "-o",
+            out.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ]);
+        assert!(!ok, "record ran with interval {value}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let out = dir.path().join("rec.csv");
+    let (ok, _, err) = gpuwatch(&[
+        "record",
+        "--interval",
+        "1ns",
+        "--no-nvml",
+        "--no-docker",
+        "--no-ebpf",
+        "--duration",
+        "1s",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!ok, "record --interval 1ns ran");
+    assert!(
+        err.contains("--interval: 1ns is outside 100ms to 24h"),
+        "{err}"
+    );
+}

@@ -26,6 +26,26 @@ pub fn seconds_or_duration(s: &str) -> Result<std::time::Duration, String> {
         .map_err(|e| format!("{s:?} is neither seconds nor a duration like 500ms or 2m ({e})"))
 }
 
+/// The shortest sampling interval: a round costs milliseconds of CPU, rounds wait for the GPU
+/// series (every `nvml_series_interval`), and `interval: 1ns` kept `watch` at 100 % of a CPU
+/// growing 175 MB/s with rounds held for the series.
+pub const INTERVAL_MIN: std::time::Duration = std::time::Duration::from_millis(100);
+/// The longest: a day. Further is no monitoring, and `interval: 300000000000y` overflowed the
+/// watchdog's limit (three intervals) and panicked at start.
+pub const INTERVAL_MAX: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// Why `d` is no sampling interval, or `Ok`.
+pub fn check_interval(d: std::time::Duration) -> Result<(), String> {
+    if (INTERVAL_MIN..=INTERVAL_MAX).contains(&d) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} is outside 100ms to 24h",
+            humantime::format_duration(d)
+        ))
+    }
+}
+
 /// A size in bytes: a plain integer, or a number with a unit (`512MiB`, `2GiB`, `1.5GB`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ByteSize(pub u64);

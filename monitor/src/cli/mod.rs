@@ -131,7 +131,7 @@ impl PrintArgs {
 /// How long a continuous command runs, and how often it samples.
 #[derive(Args)]
 pub(crate) struct RunArgs {
-    /// Time between samples (default: the config's `interval`, 1 s).
+    /// Time between samples, 100ms to 24h (default: the config's `interval`, 1 s).
     #[arg(long, value_parser = gpuwatch::units::seconds_or_duration)]
     pub(crate) interval: Option<Duration>,
     /// Stop after this long (default: until Ctrl-C or SIGTERM).
@@ -140,10 +140,11 @@ pub(crate) struct RunArgs {
 }
 
 impl RunArgs {
-    /// The interval: the flag, else the config's; never zero.
+    /// The interval: the flag, else the config's; 100 ms to 24 h.
     pub(crate) fn interval(&self, config: &Config) -> Result<Duration> {
         let interval = self.interval.unwrap_or(config.interval);
-        anyhow::ensure!(!interval.is_zero(), "--interval must be more than 0");
+        gpuwatch::units::check_interval(interval)
+            .map_err(|m| anyhow::anyhow!("--interval: {m}"))?;
         Ok(interval)
     }
 }

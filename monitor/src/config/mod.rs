@@ -142,9 +142,9 @@ impl Config {
 
     /// Checks that values make sense together; returns the offending field's dotted path.
     fn validate(&self) -> Result<(), FieldError> {
-        if self.interval.is_zero() {
-            return Err(FieldError::new("interval", "must be more than 0"));
-        }
+        crate::units::check_interval(self.interval).map_err(|m| FieldError::new("interval", m))?;
+        crate::units::check_interval(self.sources.nvml_series_interval)
+            .map_err(|m| FieldError::new("sources.nvml_series_interval", m))?;
         self.sources
             .read_tracing
             .validate()
@@ -154,12 +154,6 @@ impl Config {
             .validate()
             .map_err(|e| e.within("sources.cuda_tracing"))?;
         self.verdict.validate().map_err(|e| e.within("verdict"))?;
-        if self.sources.nvml_series_interval.is_zero() {
-            return Err(FieldError::new(
-                "sources.nvml_series_interval",
-                "must be more than 0",
-            ));
-        }
         self.alerts
             .rules
             .validate()
@@ -409,8 +403,26 @@ mod tests {
             s.contains("line 3") && s.contains("field `notify.webhook.url`"),
             "{s}"
         );
-        let e = parse("interval: 0s\n").expect_err("zero interval");
-        assert!(e.to_string().contains("line 1"), "{e}");
+        for text in [
+            "interval: 0s\n",
+            "interval: 1ns\n",
+            "interval: 99ms\n",
+            "interval: 300000000000y\n",
+            "interval: 25h\n",
+        ] {
+            let e = parse(text).expect_err(text);
+            let s = e.to_string();
+            assert!(
+                s.contains("line 1") && s.contains("field `interval`"),
+                "{text}: {s}"
+            );
+            assert!(s.contains("outside 100ms to 24h"), "{text}: {s}");
+        }
+        for text in ["interval: 100ms\n", "interval: 24h\n"] {
+            parse(text).expect(text);
+        }
+        let e = parse("sources:\n  nvml_series_interval: 50ms\n").expect_err("series");
+        assert!(e.to_string().contains("line 2"), "{e}");
     }
 
     #[test]
