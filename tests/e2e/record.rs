@@ -152,7 +152,7 @@ fn a_full_disk_is_a_clear_error_and_keeps_what_was_written() {
         &[
             "--no-docker",
             "--interval",
-            "20ms",
+            "100ms",
             "--duration",
             "60s",
             "-o",
@@ -181,6 +181,25 @@ fn a_full_disk_is_a_clear_error_and_keeps_what_was_written() {
         complete.iter().skip(1).all(|l| l.starts_with("20")),
         "complete rows are intact"
     );
+    // What the full disk left is a recording `report` reads: every whole row, the cut one left
+    // out and named (it refused the whole file: "line 69: found record with 18 fields").
+    let copy = dir.path().join("log.csv");
+    std::fs::copy(&out, &copy).unwrap();
+    let report = Command::new(gpuwatch_bin())
+        .args(["report", "--format", "json", "-o"])
+        .arg(dir.path().join("report.json"))
+        .arg(&copy)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&report.stderr);
+    assert!(report.status.success(), "report refused it: {err}");
+    if !text.ends_with('\n') {
+        let cut = text.lines().count();
+        assert!(
+            err.contains(&format!("line {cut} is cut off")),
+            "the cut line is named: {err}"
+        );
+    }
 }
 
 #[test]

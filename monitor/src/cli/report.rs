@@ -43,8 +43,21 @@ pub(crate) struct ReportArgs {
     pub(crate) plots: Option<PathBuf>,
 }
 
+/// Reads a recording, saying when its last row was cut off (and left out).
+fn read(path: &std::path::Path) -> Result<gpuwatch::recording::Recording> {
+    let rec = gpuwatch::recording::read(path)?;
+    if let Some(line) = rec.cut_off_line {
+        tracing::warn!(
+            "{}: line {line} is cut off (the recording was interrupted there): left out, the \
+             rows before it kept",
+            path.display()
+        );
+    }
+    Ok(rec)
+}
+
 pub(crate) fn plot(args: &PlotArgs) -> Result<()> {
-    let rec = gpuwatch::recording::read(&args.recording)?;
+    let rec = read(&args.recording)?;
     let files = gpuwatch::output::plot::plot_all(&rec, &args.output, &args.format)?;
     for f in files {
         println!("{}", f.display());
@@ -55,7 +68,7 @@ pub(crate) fn plot(args: &PlotArgs) -> Result<()> {
 pub(crate) fn report(args: &ReportArgs) -> Result<()> {
     use gpuwatch::output::plot::{self, Format};
     use gpuwatch::output::report;
-    let rec = gpuwatch::recording::read(&args.recording)?;
+    let rec = read(&args.recording)?;
     let name = args.recording.file_name().map_or_else(
         || args.recording.display().to_string(),
         |n| n.to_string_lossy().into_owned(),

@@ -22,6 +22,9 @@ pub struct Recording {
     /// By workload id (`docker:<id>`, `cgroup:/job`, ...).
     pub workloads: BTreeMap<String, WorkloadSeries>,
     pub alerts: Vec<AlertRow>,
+    /// The line of a last row the writer never finished (the file does not end with a line
+    /// break: a full disk, a killed recorder), left out.
+    pub cut_off_line: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -128,8 +131,32 @@ pub fn read(path: &Path) -> Result<Recording, RecordingError> {
     parse(file, path)
 }
 
+/// A reader that remembers the last byte it passed on.
+struct LastByte<R> {
+    inner: R,
+    last: Option<u8>,
+}
+
+impl<R: std::io::Read> std::io::Read for LastByte<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n > 0 {
+            self.last = Some(buf[n - 1]);
+        }
+        Ok(n)
+    }
+}
+
+/// Parses a CSV recording. A last row without its line break was never finished (the writer
+/// writes a row and its break together): it is left out and named in `cut_off_line`, so a
+/// recording interrupted by a full disk keeps every whole row. Any other bad row is an error.
 pub fn parse(input: impl std::io::Read, path: &Path) -> Result<Recording, RecordingError> {
-    let mut reader = csv::ReaderBuilder::new().flexible(false).from_reader(input);
+    let mut reader = csv::ReaderBuilder::new()
+        .flexible(false)
+        .from_reader(LastByte {
+            inner: input,
+            last: None,
+        });
     let malformed = |line: u64, message: String| RecordingError::Malformed {
         path: path.to_owned(),
         line,
@@ -148,17 +175,42 @@ pub fn parse(input: impl std::io::Read, path: &Path) -> Result<Recording, Record
         }
     }
     let mut rec = Recording::default();
-    for (i, record) in reader.records().enumerate() {
-        let fallback_line = i as u64 + 2;
-        let record = record.map_err(|e| {
-            let line = e.position().map_or(fallback_line, csv::Position::line);
-            malformed(line, e.to_string())
-        })?;
-        let line = record.position().map_or(fallback_line, csv::Position::line);
-        let row = Row::from_cells(header.iter().zip(record.iter()))
-            .map_err(|bad| malformed(line, bad.to_string()))?;
-        rec.add(row)
-            .map_err(|message| malformed(line, message.to_owned()))?;
+    // One row of lookahead: a row is added once the next one is read, so the last one can be
+    // told apart.
+    let mut held: Option<Result<(u64, Row), (u64, String)>> = None;
+    let mut record = csv::StringRecord::new();
+    let mut index = 0u64;
+    loop {
+        index += 1;
+        let fallback_line = index + 1;
+        let next = match reader.read_record(&mut record) {
+            Ok(false) => None,
+            Ok(true) => {
+                let line = record.position().map_or(fallback_line, csv::Position::line);
+                Some(
+                    Row::from_cells(header.iter().zip(record.iter()))
+                        .map(|row| (line, row))
+                        .map_err(|bad| (line, bad.to_string())),
+                )
+            }
+            Err(e) => Some(Err((
+                e.position().map_or(fallback_line, csv::Position::line),
+                e.to_string(),
+            ))),
+        };
+        let Some(next) = next else { break };
+        if let Some(row) = held.replace(next) {
+            rec.add_parsed(row, &malformed)?;
+        }
+    }
+    if let Some(row) = held {
+        if reader.get_ref().last == Some(b'\n') {
+            rec.add_parsed(row, &malformed)?;
+        } else {
+            rec.cut_off_line = Some(match row {
+                Ok((line, _)) | Err((line, _)) => line,
+            });
+        }
     }
     if rec.gpus.is_empty() && rec.workloads.is_empty() {
         return Err(RecordingError::Empty {
@@ -169,6 +221,16 @@ pub fn parse(input: impl std::io::Read, path: &Path) -> Result<Recording, Record
 }
 
 impl Recording {
+    /// Adds a row read from line `line`, or the error that line gave.
+    fn add_parsed(
+        &mut self,
+        row: Result<(u64, Row), (u64, String)>,
+        malformed: &impl Fn(u64, String) -> RecordingError,
+    ) -> Result<(), RecordingError> {
+        let (line, row) = row.map_err(|(line, m)| malformed(line, m))?;
+        self.add(row).map_err(|m| malformed(line, m.to_owned()))
+    }
+
     /// Adds one row to its series; what is wrong with it otherwise.
     fn add(&mut self, row: Row) -> Result<(), &'static str> {
         let unix_ms = row.unix_ms.ok_or("column unix_ms is empty")? as u64;
@@ -235,6 +297,30 @@ impl Recording {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_last_row_cut_off_by_a_full_disk_is_left_out_and_every_whole_row_kept() {
+        let whole = "unix_ms,record,gpu_index,temperature_celsius\n\
+                     1000,gpu,0,40\n\
+                     2000,gpu,0,41\n";
+        // The writer died mid-row: 18 fields of 20 written, no line break.
+        for cut in ["3000,gpu,0", "3000,gpu,0,4", "3000,g"] {
+            let text = format!("{whole}{cut}");
+            let rec = parse(text.as_bytes(), Path::new("r.csv")).expect(cut);
+            assert_eq!(rec.cut_off_line, Some(4), "{cut}");
+            assert_eq!(rec.gpus[&0].samples.len(), 2, "{cut}");
+            assert_eq!(rec.last_ms, 2000);
+        }
+        let rec = parse(whole.as_bytes(), Path::new("r.csv")).unwrap();
+        assert_eq!((rec.cut_off_line, rec.gpus[&0].samples.len()), (None, 2));
+        // A bad row that the writer finished is an error, last or not.
+        let bad = format!("{whole}3000,gpu,0\n");
+        let e = parse(bad.as_bytes(), Path::new("r.csv")).expect_err("short row");
+        assert!(e.to_string().starts_with("r.csv: line 4:"), "{e}");
+        let bad = whole.replace("1000,gpu,0,40\n", "1000,gpu,0\n");
+        let e = parse(bad.as_bytes(), Path::new("r.csv")).expect_err("short row");
+        assert!(e.to_string().starts_with("r.csv: line 2:"), "{e}");
+    }
 
     #[test]
     fn reads_rows_by_column_name_and_names_bad_cells() {
