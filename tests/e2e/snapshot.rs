@@ -687,3 +687,62 @@ fn debug_logs_carry_no_containers_environment() {
         assert!(!stderr.contains(SECRET), "{filter}: the secret in the log");
     }
 }
+
+/// A GPU process in a cgroup whose name is not UTF-8 (a tenant with a delegated subtree, or a
+/// rootless engine, can make one) is attributed, to a workload of its own named with escapes:
+/// /proc/<pid>/cgroup was read as UTF-8, and such a process had no workload at all (only
+/// `gpu_unattributed_memory_bytes`), no rule saw it, and a warning was logged every round.
+#[test]
+fn a_cgroup_named_with_bytes_that_are_not_utf8_is_a_workload() {
+    use std::os::unix::ffi::OsStrExt;
+    require_root();
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let unified = mountinfo
+        .lines()
+        .find_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            right
+                .starts_with("cgroup2 ")
+                .then(|| left.split(' ').nth(4).unwrap().to_owned())
+        })
+        .expect("a cgroup2 mount");
+    let name = std::ffi::OsStr::from_bytes(b"gpuwatch-rt-bin\xff\xfe");
+    let dir = std::path::Path::new(&unified).join(name);
+    let _ = std::fs::remove_dir(&dir);
+    std::fs::create_dir(&dir).unwrap();
+    struct Gone(std::path::PathBuf, std::process::Child);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = self.1.kill();
+            let _ = self.1.wait();
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    let child = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let guard = Gone(dir.clone(), child);
+    std::fs::write(guard.0.join("cgroup.procs"), pid.to_string()).unwrap();
+    let scenario = json!({"devices": [{
+        "uuid": "GPU-00000000-0000-0000-0000-000000000000",
+        "processes": [{"pid": pid, "used_memory_bytes": 1u64 << 30, "sm_util": 50}],
+    }]});
+    let run = snapshot(&scenario, &["--no-docker", "--window", "1s"]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let p = gpu_process(&run.json, 0, pid);
+    let id = r"cgroup:bytes:/gpuwatch-rt-bin\xff\xfe";
+    assert_eq!(p["workload"], id, "{p:#}");
+    let w = workload(&run.json, id);
+    assert_eq!(w["gpu"]["memory_bytes"], 1u64 << 30, "{w:#}");
+    assert_eq!(
+        run.json["gpus"][0]["processes"].as_array().unwrap().len(),
+        1
+    );
+    assert!(
+        !run.stderr.contains("proc_read_failed"),
+        "no failed read: {}",
+        run.stderr
+    );
+}

@@ -37,7 +37,24 @@ const SYSTEMD_SCOPE_RUNTIMES: [(&str, WorkloadKind); 4] = [
 ];
 
 /// Classifies a cgroup path (as found in `/proc/<pid>/cgroup`, relative to the hierarchy root).
+/// A path that was not UTF-8 (`bytes:` and escapes, see `membership::path_text`) is classified
+/// by its escaped form, and a `cgroup` workload of it keeps the `bytes:` mark, so it is never
+/// taken for a cgroup whose real name is that text.
 pub fn classify(path: &str) -> WorkloadId {
+    if let Some(escaped) = path.strip_prefix(super::membership::NOT_UTF8) {
+        let id = classify_text(escaped);
+        return match id.kind {
+            WorkloadKind::Cgroup => WorkloadId::new(
+                WorkloadKind::Cgroup,
+                format!("{}{}", super::membership::NOT_UTF8, id.id),
+            ),
+            _ => id,
+        };
+    }
+    classify_text(path)
+}
+
+fn classify_text(path: &str) -> WorkloadId {
     let path = path.trim();
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     if segments.is_empty() {
@@ -132,6 +149,22 @@ mod tests {
 
     const ID: &str = "3f6d9a0b1c2e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f90";
     const ID2: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+
+    #[test]
+    fn a_path_that_was_not_utf8_keeps_its_mark_and_its_container() {
+        let escaped = r"bytes:/rt-bin\xff\xfe";
+        assert_eq!(classify(escaped), id(WorkloadKind::Cgroup, escaped));
+        // a directory whose real name is that text is another workload
+        assert_eq!(
+            classify(r"/bytes:/rt-bin\xff\xfe"),
+            id(WorkloadKind::Cgroup, r"/bytes:/rt-bin\xff\xfe")
+        );
+        // under a container's own cgroup, the container still
+        assert_eq!(
+            classify(&format!(r"bytes:/docker/{ID}/job\xff")),
+            id(WorkloadKind::Docker, ID)
+        );
+    }
 
     fn id(kind: WorkloadKind, id: &str) -> WorkloadId {
         WorkloadId::new(kind, id)

@@ -12,26 +12,39 @@ pub struct CgroupMembership {
 }
 
 impl CgroupMembership {
-    /// The memberships procfs read from `/proc/<pid>/cgroup`.
-    pub fn from_cgroups(cgroups: procfs::ProcessCGroups) -> Self {
+    /// Parses the bytes of a `/proc/<pid>/cgroup` file (`hierarchy-id:controllers:path` lines);
+    /// `None` when a line is not of that form. A path that is not UTF-8 (whoever may create
+    /// cgroups, a tenant with a delegated subtree or a rootless engine, can name one with any
+    /// bytes) is kept as text with [`path_text`], so the process still has a workload.
+    pub fn parse_bytes(data: &[u8]) -> Option<Self> {
         let mut m = Self::default();
-        for c in cgroups.0 {
-            if c.hierarchy == 0 && c.controllers.is_empty() {
-                m.unified = Some(c.pathname);
+        for line in data.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let mut fields = line.splitn(3, |b| *b == b':');
+            let (Some(id), Some(controllers), Some(path)) =
+                (fields.next(), fields.next(), fields.next())
+            else {
+                return None;
+            };
+            let hierarchy: u32 = std::str::from_utf8(id).ok()?.parse().ok()?;
+            let controllers: Vec<String> = std::str::from_utf8(controllers)
+                .ok()?
+                .split(',')
+                .filter(|c| !c.is_empty())
+                .map(str::to_owned)
+                .collect();
+            let path = path_text(path);
+            if hierarchy == 0 && controllers.is_empty() {
+                m.unified = Some(path);
             } else {
-                m.v1.push((c.controllers, c.pathname));
+                m.v1.push((controllers, path));
             }
         }
-        m
+        Some(m)
     }
 
-    /// Parses the text of a `/proc/<pid>/cgroup` file (`hierarchy-id:controllers:path`
-    /// lines), as procfs does; a malformed file is no membership.
+    /// Parses the text of a `/proc/<pid>/cgroup` file; a malformed file is no membership.
     pub fn parse(text: &str) -> Self {
-        use procfs::FromBufRead;
-        procfs::ProcessCGroups::from_buf_read(text.as_bytes())
-            .map(Self::from_cgroups)
-            .unwrap_or_default()
+        Self::parse_bytes(text.as_bytes()).unwrap_or_default()
     }
 
     /// The path that identifies the workload: the unified path when it says more than `/`, else
@@ -75,6 +88,36 @@ impl CgroupMembership {
     }
 }
 
+/// What [`path_text`] puts before a path that was not UTF-8: a real path starts with `/`.
+pub const NOT_UTF8: &str = "bytes:";
+
+/// A cgroup path as text: itself when it is UTF-8; otherwise `bytes:` and the path with each
+/// byte that is not part of a UTF-8 character as `\xNN` and each backslash doubled. Two
+/// different names never come out the same: a real path starts with `/`, and the escapes are
+/// one to one (a lossy decoding gives `/a` + 0xFF and `/a` + 0xFE both `/a\u{fffd}`, which
+/// would let one tenant's cgroup pass for another's). Such a path names no file: that
+/// cgroup's own figures are not read.
+pub fn path_text(raw: &[u8]) -> String {
+    if let Ok(s) = std::str::from_utf8(raw) {
+        return s.to_owned();
+    }
+    let mut out = String::with_capacity(raw.len() + 16);
+    out.push_str(NOT_UTF8);
+    for chunk in raw.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c == '\\' {
+                out.push_str("\\\\");
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
 fn join_cgroup(mount: &std::path::Path, path: &str) -> PathBuf {
     mount.join(path.trim_start_matches('/'))
 }
@@ -113,6 +156,29 @@ mod tests {
     fn v1_only_uses_systemd_path() {
         let m = CgroupMembership::parse("4:cpu:/\n1:name=systemd:/system.slice/x.service\n");
         assert_eq!(m.identity_path(), "/system.slice/x.service");
+    }
+
+    #[test]
+    fn a_path_that_is_not_utf8_keeps_a_name_of_its_own() {
+        let m = CgroupMembership::parse_bytes(b"0::/rt-bin\xff\xfe\n").unwrap();
+        assert_eq!(m.identity_path(), r"bytes:/rt-bin\xff\xfe");
+        // no two names meet: other invalid bytes, a literal backslash-x name, a mix
+        let other = CgroupMembership::parse_bytes(b"0::/rt-bin\xfe\xfe\n").unwrap();
+        let literal = CgroupMembership::parse("0::/rt-bin\\xff\\xfe\n");
+        let mixed = CgroupMembership::parse_bytes(b"0::/rt-bin\\xff\xfe\n").unwrap();
+        let names = [
+            m.identity_path(),
+            other.identity_path(),
+            literal.identity_path(),
+            mixed.identity_path(),
+        ];
+        for (i, a) in names.iter().enumerate() {
+            for b in &names[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        assert!(CgroupMembership::parse_bytes(b"not a cgroup line\n").is_none());
+        assert!(CgroupMembership::parse_bytes(b"x::/a\n").is_none());
     }
 
     #[test]

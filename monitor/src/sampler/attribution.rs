@@ -187,9 +187,9 @@ fn io_error(path: &Path, pid: u32, source: std::io::Error) -> AttributionError {
     }
 }
 
-/// Reads one process from `proc_root` (normally `/proc`), through the procfs crate: its
-/// `stat` (name and start time; a name that is not UTF-8, which any process can give itself,
-/// is read with U+FFFD, so its GPU use is still charged) and its `cgroup`.
+/// Reads one process from `proc_root` (normally `/proc`): its `stat` through the procfs crate
+/// (name and start time; a name that is not UTF-8, which any process can give itself, is read
+/// with U+FFFD, so its GPU use is still charged) and its `cgroup` as bytes.
 pub fn read_process(proc_root: &Path, pid: u32) -> Result<ProcessInfo, AttributionError> {
     let dir = proc_root.join(pid.to_string());
     let file = |name: &str| dir.join(name);
@@ -198,10 +198,15 @@ pub fn read_process(proc_root: &Path, pid: u32) -> Result<ProcessInfo, Attributi
     let stat = process
         .stat()
         .map_err(|e| proc_error(&file("stat"), pid, e))?;
-    let cgroups = process
-        .cgroups()
-        .map_err(|e| proc_error(&file("cgroup"), pid, e))?;
-    let membership = CgroupMembership::from_cgroups(cgroups);
+    // Read as bytes: procfs reads it as UTF-8, and a cgroup named with other bytes hid the
+    // process from every workload (see `CgroupMembership::parse_bytes`).
+    let cgroup = file("cgroup");
+    let bytes = std::fs::read(&cgroup).map_err(|e| io_error(&cgroup, pid, e))?;
+    let membership =
+        CgroupMembership::parse_bytes(&bytes).ok_or_else(|| AttributionError::Malformed {
+            path: cgroup.clone(),
+            why: "not hierarchy-id:controllers:path lines".to_owned(),
+        })?;
     let workload = classify(membership.identity_path());
     Ok(ProcessInfo {
         key: ProcessKey {
