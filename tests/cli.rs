@@ -297,6 +297,14 @@ fn json_is_short_for_format_json_everywhere() {
 fn absurd_intervals_are_refused_where_they_are_written() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("gpuwatch.yaml");
+    let out = dir.path().join("rec.csv");
+    // `record` with no source but the clock, for a second, and `extra`.
+    let record = |extra: &[&str]| {
+        let mut args = vec!["record", "--no-nvml", "--no-docker", "--no-ebpf"];
+        args.extend(["--duration", "1s", "-o", out.to_str().unwrap()]);
+        args.extend(extra);
+        gpuwatch(&args)
+    };
     for (value, shown) in [("1ns", "1ns"), ("300000000000y", "300000000000years")] {
         std::fs::write(&config, format!("# sampling\ninterval: {value}\n")).unwrap();
         let (ok, _, err) = gpuwatch(&["check-config", config.to_str().unwrap()]);
@@ -309,35 +317,11 @@ fn absurd_intervals_are_refused_where_they_are_written() {
             err.contains(&format!("{shown} is outside 100ms to 24h")),
             "{err}"
         );
-        let out = dir.path().join("rec.csv");
-        let (ok, _, err) = gpuwatch(&[
-            "record",
-            "--no-nvml",
-            "--no-docker",
-            "--no-ebpf",
-            "--duration",
-            "1s",
-            "-o",
-            out.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-        ]);
+        let (ok, _, err) = record(&["--config", config.to_str().unwrap()]);
         assert!(!ok, "record ran with interval {value}");
         assert!(!err.contains("panicked"), "{err}");
     }
-    let out = dir.path().join("rec.csv");
-    let (ok, _, err) = gpuwatch(&[
-        "record",
-        "--interval",
-        "1ns",
-        "--no-nvml",
-        "--no-docker",
-        "--no-ebpf",
-        "--duration",
-        "1s",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
+    let (ok, _, err) = record(&["--interval", "1ns"]);
     assert!(!ok, "record --interval 1ns ran");
     assert!(
         err.contains("--interval: 1ns is outside 100ms to 24h"),
