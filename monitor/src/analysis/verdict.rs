@@ -691,6 +691,7 @@ mod tests {
                 limit_cores: throttled.map(|_| 0.5),
                 throttled_seconds_total: throttled,
                 throttled_fraction: throttled,
+                quota_periods: None,
             }),
             memory: None,
             gpu: WorkloadGpu {
@@ -1086,6 +1087,7 @@ mod tests {
             limit_cores: Some(1.5),
             throttled_seconds_total: Some(0.4),
             throttled_fraction: Some(0.4),
+            quota_periods: None,
         });
         let v = assess1(&w);
         assert_eq!(v.kind, VerdictKind::HostCpu);

@@ -1,6 +1,7 @@
 //! A workload's CPU and memory counters from its cgroup files (v1 and v2).
 use super::{layout::CgroupLayout, membership::CgroupMembership};
 use crate::live_file::LiveFile;
+use crate::model::QuotaPeriods;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -13,13 +14,19 @@ pub struct CgroupUsage {
     pub memory_bytes: u64,
     /// The memory limit, `None` when unlimited.
     pub memory_limit_bytes: Option<u64>,
-    /// Page cache charged to the cgroup (v2 `memory.stat` `file`, v1 `total_cache`); read only
-    /// when there is a limit, the one case it bears on (a cache the limit squeezes).
+    /// Page cache charged to the cgroup (v2 `memory.stat` `file`, v1 `total_cache`), shmem
+    /// included; `None` when `memory.stat` cannot be read.
     pub page_cache_bytes: Option<u64>,
+    /// Of the page cache, shared memory (v2 `shmem`, v1 `total_shmem`): `/dev/shm` and
+    /// DataLoader tensors passed between processes, the job's own memory.
+    pub shmem_bytes: Option<u64>,
     /// The CPU quota in cores, `None` when unlimited (or the cpu controller is not available).
     pub cpu_limit_cores: Option<f64>,
     /// Time the CPU quota throttled the cgroup, since creation (`None`: not available).
     pub throttled_seconds_total: Option<f64>,
+    /// Quota periods since creation: all those the cgroup ran in, and those it was throttled
+    /// in (`cpu.stat` `nr_periods`, `nr_throttled`).
+    pub periods_total: Option<QuotaPeriods>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -68,8 +75,16 @@ enum CpuSource {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum MemorySource {
-    V1 { usage: LiveFile, limit: PathBuf },
-    V2 { current: LiveFile, max: PathBuf },
+    V1 {
+        usage: LiveFile,
+        stat: LiveFile,
+        limit: PathBuf,
+    },
+    V2 {
+        current: LiveFile,
+        stat: LiveFile,
+        max: PathBuf,
+    },
 }
 
 /// The limits change only when an operator changes them (`docker update`), so they are read
@@ -112,6 +127,7 @@ impl CgroupStatsPaths {
                     })?;
             MemorySource::V1 {
                 usage: LiveFile::new(dir.join("memory.usage_in_bytes")),
+                stat: LiveFile::new(dir.join("memory.stat")),
                 limit: dir.join("memory.limit_in_bytes"),
             }
         } else {
@@ -122,6 +138,7 @@ impl CgroupStatsPaths {
                 })?;
             MemorySource::V2 {
                 current: LiveFile::new(dir.join("memory.current")),
+                stat: LiveFile::new(dir.join("memory.stat")),
                 max: dir.join("memory.max"),
             }
         };
@@ -168,37 +185,47 @@ impl CgroupStatsPaths {
             MemorySource::V1 { usage, .. } => read_live_u64(usage, "memory.usage_in_bytes")?,
             MemorySource::V2 { current, .. } => read_live_u64(current, "memory.current")?,
         };
-        let page_cache_bytes = memory_limit_bytes.and_then(|_| match &self.memory {
-            MemorySource::V1 { usage, .. } => {
-                stat_field(&usage.path().with_file_name("memory.stat"), "total_cache")
-            }
-            MemorySource::V2 { current, .. } => {
-                stat_field(&current.path().with_file_name("memory.stat"), "file")
-            }
-        });
-        // The quota files exist only with the cpu controller enabled: absent means unknown.
-        let throttled_seconds_total = match &mut self.quota {
-            None => None,
-            Some(QuotaSource::V1 { stat, .. }) => stat
-                .read_string()
-                .ok()
-                .and_then(|t| stat_value(&t, "throttled_time"))
-                .map(|ns| ns as f64 / 1e9),
-            Some(QuotaSource::V2(dir)) => {
-                let text =
-                    v2_cpu_stat.or_else(|| std::fs::read_to_string(dir.join("cpu.stat")).ok());
-                text.as_deref()
-                    .and_then(|t| stat_value(t, "throttled_usec"))
-                    .map(|us| us as f64 / 1e6)
-            }
+        // The cache is part of the usage above: the job's own memory is the rest, shmem kept.
+        let (stat, cache_field, shmem_field) = match &mut self.memory {
+            MemorySource::V1 { stat, .. } => (stat, "total_cache", "total_shmem"),
+            MemorySource::V2 { stat, .. } => (stat, "file", "shmem"),
         };
+        let memory_stat = stat.read_string().ok();
+        let page_cache_bytes = memory_stat
+            .as_deref()
+            .and_then(|t| stat_value(t, cache_field));
+        let shmem_bytes = memory_stat
+            .as_deref()
+            .and_then(|t| stat_value(t, shmem_field));
+        // The quota files exist only with the cpu controller enabled: absent means unknown.
+        let (cpu_stat, throttled_field, per_second) = match &mut self.quota {
+            None => (None, "", 1.0),
+            Some(QuotaSource::V1 { stat, .. }) => (stat.read_string().ok(), "throttled_time", 1e9),
+            Some(QuotaSource::V2(dir)) => (
+                v2_cpu_stat.or_else(|| std::fs::read_to_string(dir.join("cpu.stat")).ok()),
+                "throttled_usec",
+                1e6,
+            ),
+        };
+        let cpu_stat = cpu_stat.as_deref();
+        let throttled_seconds_total = cpu_stat
+            .and_then(|t| stat_value(t, throttled_field))
+            .map(|v| v as f64 / per_second);
+        let periods_total = cpu_stat.and_then(|t| {
+            Some(QuotaPeriods {
+                periods: stat_value(t, "nr_periods")?,
+                throttled: stat_value(t, "nr_throttled")?,
+            })
+        });
         Ok(CgroupUsage {
             cpu_usage_seconds_total,
             memory_bytes,
             memory_limit_bytes,
             page_cache_bytes,
+            shmem_bytes,
             cpu_limit_cores: limits.cpu_limit_cores,
             throttled_seconds_total,
+            periods_total,
         })
     }
 
@@ -241,10 +268,6 @@ impl CgroupStatsPaths {
 }
 
 /// A `name value` line of a flat-keyed file such as `cpu.stat`.
-fn stat_field(path: &Path, name: &str) -> Option<u64> {
-    stat_value(&std::fs::read_to_string(path).ok()?, name)
-}
-
 fn stat_value(text: &str, name: &str) -> Option<u64> {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
@@ -313,7 +336,7 @@ mod tests {
         std::fs::write(dir.join("cpu.max"), "50000 100000\n").unwrap();
         std::fs::write(
             dir.join("cpu.stat"),
-            "usage_usec 2500000\nuser_usec 2000000\nnr_throttled 7\nthrottled_usec 1500000\n",
+            "usage_usec 2500000\nuser_usec 2000000\nnr_periods 20\nnr_throttled 7\nthrottled_usec 1500000\n",
         )
         .unwrap();
         let m = CgroupMembership::parse("0::/job\n");
@@ -325,14 +348,23 @@ mod tests {
         assert_eq!(u.cpu_limit_cores, Some(0.5));
         assert_eq!(u.throttled_seconds_total, Some(1.5));
         assert_eq!(
-            u.page_cache_bytes, None,
-            "no limit: memory.stat is not read"
+            u.periods_total,
+            Some(QuotaPeriods {
+                periods: 20,
+                throttled: 7
+            })
         );
+        assert_eq!(u.page_cache_bytes, None, "no memory.stat yet");
         std::fs::write(dir.join("memory.max"), "2097152\n").unwrap();
-        std::fs::write(dir.join("memory.stat"), "anon 4096\nfile 786432\n").unwrap();
+        std::fs::write(
+            dir.join("memory.stat"),
+            "anon 4096\nfile 786432\nkernel 8192\nshmem 65536\nfile_mapped 0\n",
+        )
+        .unwrap();
         let limited = paths.read(&mut LimitsCache::default()).unwrap();
         assert_eq!(limited.memory_limit_bytes, Some(2 << 20));
         assert_eq!(limited.page_cache_bytes, Some(786432));
+        assert_eq!(limited.shmem_bytes, Some(65536), "not shmem_thp or others");
     }
 
     #[test]

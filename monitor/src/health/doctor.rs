@@ -277,6 +277,7 @@ mod tests {
                     usage_bytes: (3 << 30) + i * (200 << 20),
                     limit_bytes: None,
                     page_cache_bytes: None,
+                    own_bytes: None,
                 });
                 let mut s = snapshot(i * 1000, vec![g], vec![w.clone()]);
                 s.nvml_query_seconds = Some(if i == 3 { 0.7 } else { 0.002 });

@@ -390,15 +390,59 @@ pub struct CpuUsage {
     pub throttled_seconds_total: Option<f64>,
     /// Of the window, the share during which the quota held the cgroup back.
     pub throttled_fraction: Option<f64>,
+    /// The quota's periods since the cgroup was created: those it ran in and those it was
+    /// throttled in. What a one-shot look needs: a quota that held the job back all along
+    /// shows here even in a window its workers happen to wait.
+    pub quota_periods: Option<QuotaPeriods>,
+}
+
+/// A CPU quota's enforcement periods (100 ms each by default) since the cgroup was created:
+/// `cpu.stat`'s `nr_periods` (periods in which it had work) and `nr_throttled`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct QuotaPeriods {
+    pub periods: u64,
+    pub throttled: u64,
+}
+
+impl QuotaPeriods {
+    /// The share of its periods the quota throttled; `None` before it has run `min` periods.
+    pub fn throttled_share(&self, min: u64) -> Option<f64> {
+        (self.periods >= min.max(1)).then(|| self.throttled as f64 / self.periods as f64)
+    }
 }
 
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct MemoryUsage {
+    /// All memory charged to the cgroup, page cache included.
     pub usage_bytes: u64,
     pub limit_bytes: Option<u64>,
-    /// Page cache charged to it; read only under a limit.
+    /// Page cache charged to it (files read or written; shmem included), when `memory.stat`
+    /// could be read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub page_cache_bytes: Option<u64>,
+    /// The workload's own memory: the usage less the page cache, shmem kept (anonymous memory,
+    /// `/dev/shm`, the kernel's for it). What grows when a job leaks; the cache grows with
+    /// every file read and is given back under pressure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub own_bytes: Option<u64>,
+}
+
+impl MemoryUsage {
+    /// The usage, and the share of it that is the job's own once the page cache is known.
+    pub fn new(usage_bytes: u64, limit_bytes: Option<u64>, page_cache: Option<(u64, u64)>) -> Self {
+        Self {
+            usage_bytes,
+            limit_bytes,
+            page_cache_bytes: page_cache.map(|(cache, _)| cache),
+            own_bytes: page_cache
+                .map(|(cache, shmem)| usage_bytes.saturating_sub(cache.saturating_sub(shmem))),
+        }
+    }
+
+    /// The job's own memory where known, else all of it.
+    pub fn own_or_usage_bytes(&self) -> u64 {
+        self.own_bytes.unwrap_or(self.usage_bytes)
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize)]

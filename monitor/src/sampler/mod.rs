@@ -751,13 +751,14 @@ impl Sampler {
                                     prev.throttled_seconds,
                                 )
                                 .map(|f| f.min(1.0)),
+                                quota_periods: u.periods_total,
                             });
                             now.throttled_seconds = u.throttled_seconds_total;
-                            w.memory = Some(MemoryUsage {
-                                usage_bytes: u.memory_bytes,
-                                limit_bytes: u.memory_limit_bytes,
-                                page_cache_bytes: u.page_cache_bytes,
-                            });
+                            w.memory = Some(MemoryUsage::new(
+                                u.memory_bytes,
+                                u.memory_limit_bytes,
+                                u.page_cache_bytes.map(|c| (c, u.shmem_bytes.unwrap_or(0))),
+                            ));
                             now.cpu_seconds = Some(u.cpu_usage_seconds_total);
                         }
                         Err(e) => {

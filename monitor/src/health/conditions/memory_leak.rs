@@ -49,7 +49,8 @@ impl Config {
 pub enum Memory {
     /// The GPU memory of a container's processes (containers holding a GPU).
     Gpu,
-    /// The memory charged to a workload's cgroup (any container).
+    /// The memory of a workload's cgroup less its page cache (any container): a loader that
+    /// reads a dataset fills the cache steadily, and that is no leak.
     Host,
 }
 
@@ -74,7 +75,7 @@ impl LeakRule {
         match self.memory {
             Memory::Gpu => (w.gpu.processes > 0 && !w.exited).then_some(w.gpu.memory_bytes),
             Memory::Host if w.kind == WorkloadKind::Host || w.exited => None,
-            Memory::Host => w.memory.map(|m| m.usage_bytes),
+            Memory::Host => w.memory.map(|m| m.own_or_usage_bytes()),
         }
     }
 }
@@ -154,16 +155,21 @@ mod tests {
 
     /// 40 one-second rounds of `memory(t)`; the last outcome. Unknown for the first 20 s.
     fn run(rule: &mut LeakRule, memory: &dyn Fn(u64) -> u64) -> Outcome {
+        run_with_cache(rule, memory, &|_| None)
+    }
+
+    /// As `run`, with the host usage's page cache `cache(t)` when known.
+    fn run_with_cache(
+        rule: &mut LeakRule,
+        memory: &dyn Fn(u64) -> u64,
+        cache: &dyn Fn(u64) -> Option<u64>,
+    ) -> Outcome {
         let mut last = Outcome::Unknown;
         for t in 0..40u64 {
             let mut w = container("train");
             w.gpu.processes = 1;
             w.gpu.memory_bytes = memory(t);
-            w.memory = Some(MemoryUsage {
-                usage_bytes: memory(t),
-                limit_bytes: None,
-                page_cache_bytes: None,
-            });
+            w.memory = Some(MemoryUsage::new(memory(t), None, cache(t).map(|c| (c, 0))));
             let out = evaluate(rule, &snapshot(t * 1000, vec![], vec![w]));
             assert_eq!(out.len(), 1);
             last = out[0].2.clone();
@@ -208,12 +214,30 @@ mod tests {
     }
 
     #[test]
+    fn a_page_cache_that_fills_is_no_host_leak() {
+        // A loader reading its dataset: the usage climbs 2 MiB/s, all of it page cache.
+        let ramp = |t: u64| (1 << 30) + t * (2 << 20);
+        let mut rule = LeakRule::new(&short(), Memory::Host);
+        assert_eq!(
+            run_with_cache(&mut rule, &ramp, &|t| Some(t * (2 << 20))),
+            Outcome::Clear
+        );
+        // The same usage with the cache flat is the job's own memory growing.
+        let mut rule = LeakRule::new(&short(), Memory::Host);
+        assert!(matches!(
+            run_with_cache(&mut rule, &ramp, &|_| Some(64 << 20)),
+            Outcome::Breached(_)
+        ));
+    }
+
+    #[test]
     fn each_memory_has_its_subjects_and_a_gone_workload_is_forgotten() {
         let mut host_only = container("loader");
         host_only.memory = Some(MemoryUsage {
             usage_bytes: 1 << 30,
             limit_bytes: None,
             page_cache_bytes: None,
+            own_bytes: None,
         });
         let snap = snapshot(0, vec![], vec![host_only]);
         // Not on a GPU: no GPU leak to follow; its host memory is followed.

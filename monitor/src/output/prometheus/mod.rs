@@ -143,11 +143,13 @@ mod tests {
             limit_cores: Some(4.0),
             throttled_seconds_total: Some(1.0),
             throttled_fraction: Some(0.1),
+            quota_periods: None,
         });
         w.memory = Some(MemoryUsage {
             usage_bytes: 1 << 30,
             limit_bytes: Some(4 << 30),
             page_cache_bytes: Some(1 << 20),
+            own_bytes: None,
         });
         let io = IoSummary {
             count: 10,
