@@ -79,6 +79,57 @@ fn doctor_names_a_full_shm_and_a_quota_below_the_loaders_demand() {
     assert_eq!(check(&report, "container_shm", &quota.name)["status"], "ok");
 }
 
+#[test]
+fn a_one_shot_doctor_sees_a_quota_that_throttled_workers_now_waiting() {
+    require_root();
+    // The training process (the container's main process, holding a fake GPU) and three
+    // DataLoader workers it forked: they spin under a 0.5-core quota for 8 s, then wait, as
+    // workers do while the training loop is busy elsewhere.
+    let job = Container::start_with(
+        &unique("cfg-quota-quiet"),
+        &[],
+        &["--cpus", "0.5"],
+        "w() { end=$(( $(date +%s) + 8 )); while [ $(date +%s) -lt $end ]; do :; done; \
+         exec sleep 3600; }; w & w & w & wait",
+    );
+    std::thread::sleep(std::time::Duration::from_secs(10));
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    std::fs::write(
+        &scenario,
+        json!({"devices": [{"uuid": "GPU-00000000-0000-0000-0000-00000000c0f1",
+            "processes": [{"pid": job.pid, "used_memory_bytes": GIB, "sm_util": 10}]}]})
+        .to_string(),
+    )
+    .unwrap();
+    let out = gpuwatch_on(&scenario)
+        .args(["doctor", "--json", "--window", "3s"])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let c = check(&report, "container_cpu_limit", &job.name);
+    let value = c["value"].as_str().unwrap();
+    assert_eq!(c["status"], "risk", "{c:#}");
+    assert!(
+        value.contains("limit 0.50 cores; 3 DataLoader workers"),
+        "{c:#}"
+    );
+    // Nothing was throttled in the window; nearly every period before it was.
+    assert!(value.contains("throttled 0% of the window"), "{c:#}");
+    assert!(
+        value.contains("% of its quota periods since it started"),
+        "{c:#}"
+    );
+    let action = c["action"].as_str().unwrap();
+    assert!(
+        action.contains("3 DataLoader workers and the training loop share 0.50 CPUs")
+            && action.contains("--cpus 4")
+            && action.contains("num_workers=1"),
+        "{c:#}"
+    );
+}
+
 /// A character device with NVIDIA's major, as the driver makes `/dev/nvidiaN`.
 fn gpu_node(dir: &Path, minor: u32) -> String {
     let path = dir.join(format!("nvidia{minor}"));

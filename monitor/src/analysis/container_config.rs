@@ -1,7 +1,7 @@
 //! Judging a container's own configuration: each check turns its `config` section into a level,
 //! the measured value, the threshold and a concrete fix (for `doctor`), and the verdict's advice
 //! names the configuration when it is the cause.
-use crate::model::{ContainerConfig, Verdict, VerdictKind, Workload};
+use crate::model::{ContainerConfig, CpuLimit, Verdict, VerdictKind, Workload};
 use crate::units::ByteSize;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -38,6 +38,9 @@ const SHM_DOCKER_DEFAULT: u64 = 64 * ByteSize::MIB;
 const CPU_OVER_LIMIT: f64 = 1.2;
 const CPU_THROTTLED_RISK: f64 = 0.25;
 const CPU_THROTTLED_WARNING: f64 = 0.05;
+/// Quota periods (100 ms each by default) a container must have run before its throttled
+/// share since it started is judged: 5 s of work.
+const QUOTA_PERIODS_MIN: u64 = 50;
 /// Memory this close to its limit, with this share of it page cache, squeezes the cache.
 const MEMORY_NEAR_LIMIT: f64 = 0.9;
 const PAGE_CACHE_SHARE: f64 = 0.25;
@@ -117,45 +120,85 @@ fn cpu(c: &ContainerConfig) -> Option<ConfigFinding> {
     let cpu = &c.cpu;
     let limit = cpu.limit_cores?;
     let throttled = cpu.throttled_fraction.unwrap_or(0.0);
+    // Since it started: a one-shot look in a window the workers happen to wait still sees a
+    // quota that held the job back all along.
+    let all_along = cpu
+        .quota_periods
+        .and_then(|p| p.throttled_share(QUOTA_PERIODS_MIN))
+        .unwrap_or(0.0);
+    let worst = throttled.max(all_along);
     let over = cpu
         .demand_cores
         .filter(|d| *d > limit * CPU_OVER_LIMIT && *d - limit >= 0.5);
-    let level = match (over, cpu.demand_cores) {
-        (Some(_), _) => Level::Risk,
-        _ if throttled >= CPU_THROTTLED_RISK => Level::Risk,
-        _ if throttled >= CPU_THROTTLED_WARNING => Level::Warning,
-        _ => Level::Ok,
-    };
-    let demand = match (cpu.demand_cores, cpu.busy_loader_processes) {
-        (Some(d), Some(n)) => format!("; its processes want {d:.2} ({n} busy loader processes)"),
-        _ => String::new(),
+    let level = match over {
+        Some(_) => Level::Risk,
+        None if worst >= CPU_THROTTLED_RISK => Level::Risk,
+        None if worst >= CPU_THROTTLED_WARNING => Level::Warning,
+        None => Level::Ok,
     };
     let mut f = finding(
         CPU_LIMIT,
         level,
-        format!(
-            "limit {limit:.2} cores{demand}; throttled {:.0}% of the window",
-            throttled * 100.0
-        ),
-        "risk: demand above 1.2× the limit, or throttled ≥ 25%; warning: throttled ≥ 5%",
+        cpu_value(cpu, limit, throttled),
+        "risk: demand above 1.2× the limit, or throttled ≥ 25% of the window or of its quota \
+         periods since it started; warning: ≥ 5%",
     );
     if level != Level::Ok {
-        // The cores its processes asked for, to the nearest (2.08 measured for two spinning
-        // loaders under a 0.5 quota: the shell that waits on them adds a little).
-        let want = cpu
-            .demand_cores
-            .unwrap_or(limit * 2.0)
-            .round()
-            .max(limit.ceil())
-            .max(1.0);
-        f.action = format!(
-            "The CPU quota ({limit:.2} cores) is below what the loader needs: raise it to at least \
-             {want:.0} (docker --cpus {want:.0}, compose cpus: \"{want:.0}\"), or lower the \
-             DataLoader's num_workers to {} so they fit.",
-            (limit.floor() as u64).max(1)
-        );
+        f.action = cpu_action(cpu, limit);
     }
     Some(f)
+}
+
+/// The quota, the workers and processes that share it, and how often it throttled them.
+fn cpu_value(cpu: &CpuLimit, limit: f64, throttled: f64) -> String {
+    let workers = cpu
+        .loader_workers
+        .map(|n| format!("; {n} DataLoader workers"))
+        .unwrap_or_default();
+    let demand = match (cpu.demand_cores, cpu.busy_loader_processes) {
+        (Some(d), Some(n)) => format!("; its processes want {d:.2} ({n} busy loader processes)"),
+        _ => String::new(),
+    };
+    let since = cpu
+        .quota_periods
+        .filter(|p| p.periods >= QUOTA_PERIODS_MIN)
+        .map(|p| {
+            format!(
+                ", in {:.0}% of its quota periods since it started ({} of {})",
+                p.throttled as f64 * 100.0 / p.periods as f64,
+                p.throttled,
+                p.periods
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "limit {limit:.2} cores{workers}{demand}; throttled {:.0}% of the window{since}",
+        throttled * 100.0
+    )
+}
+
+/// Raise the quota to what the job wants, or fit the workers to the quota.
+fn cpu_action(cpu: &CpuLimit, limit: f64) -> String {
+    // The cores its processes asked for, to the nearest (2.08 measured for two spinning loaders
+    // under a 0.5 quota: the shell that waits on them adds a little); with workers known, one
+    // each and one for the training loop.
+    let want = cpu
+        .demand_cores
+        .unwrap_or(limit * 2.0)
+        .round()
+        .max(cpu.loader_workers.map_or(0.0, |n| n as f64 + 1.0))
+        .max(limit.ceil())
+        .max(1.0);
+    // The training loop keeps a core of the quota; the workers get the rest.
+    let fit = ((limit.floor() as u64).saturating_sub(1)).max(1);
+    let who = match cpu.loader_workers.filter(|n| *n > 0) {
+        Some(n) => format!("{n} DataLoader workers and the training loop share {limit:.2} CPUs"),
+        None => format!("The CPU quota ({limit:.2} cores) is below what the loader needs"),
+    };
+    format!(
+        "{who}: raise the quota to at least {want:.0} (docker --cpus {want:.0}, compose cpus: \
+         \"{want:.0}\"), or set the DataLoader's num_workers={fit} so they fit."
+    )
 }
 
 fn memory(c: &ContainerConfig) -> Option<ConfigFinding> {
@@ -295,6 +338,10 @@ pub fn advise(v: &mut Verdict, c: &ContainerConfig) {
                     .unwrap_or_default()
             ));
         }
+        if c.cpu.loader_workers.is_some_and(|n| n > 0) {
+            v.advice.push(' ');
+            v.advice.push_str(&cpu_action(&c.cpu, limit));
+        }
     }
     if let Some(s) = &c.shm {
         if s.used_bytes as f64 >= s.size_bytes as f64 * SHM_FULL {
@@ -395,6 +442,8 @@ mod tests {
                     throttled_fraction: Some(throttled),
                     busy_loader_processes: demand.map(|_| 2),
                     demand_cores: demand,
+                    loader_workers: None,
+                    quota_periods: None,
                 },
                 ..Default::default()
             })
@@ -416,6 +465,57 @@ mod tests {
         assert_eq!(
             level_of(&cpu(None, 0.1), "container_cpu_limit"),
             [Level::Warning]
+        );
+    }
+
+    /// The ResNet-50 case: six DataLoader workers under `--cpus 1.5`, looked at in a window
+    /// where they wait for the training loop.
+    fn quiet_window(periods: u64, throttled: u64) -> Workload {
+        with(ContainerConfig {
+            cpu: CpuLimit {
+                limit_cores: Some(1.5),
+                used_cores: Some(0.2),
+                throttled_fraction: Some(0.0),
+                busy_loader_processes: Some(0),
+                demand_cores: Some(0.2),
+                loader_workers: Some(6),
+                quota_periods: Some(crate::model::QuotaPeriods { periods, throttled }),
+            },
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn a_quota_that_throttled_all_along_is_seen_in_a_quiet_window() {
+        let w = quiet_window(890, 812);
+        let f = &findings(&w)[0];
+        assert_eq!(f.level, Level::Risk, "{f:?}");
+        assert_eq!(
+            f.value,
+            "limit 1.50 cores; 6 DataLoader workers; its processes want 0.20 (0 busy loader \
+             processes); throttled 0% of the window, in 91% of its quota periods since it \
+             started (812 of 890)"
+        );
+        assert!(
+            f.action.starts_with(
+                "6 DataLoader workers and the training loop share 1.50 CPUs: raise the quota to \
+                 at least 7 (docker --cpus 7"
+            ) && f
+                .action
+                .ends_with("or set the DataLoader's num_workers=1 so they fit."),
+            "{}",
+            f.action
+        );
+        // The thresholds, on the share since it started.
+        let level = |throttled| level_of(&quiet_window(1000, throttled), CPU_LIMIT);
+        assert_eq!(level(250), [Level::Risk]);
+        assert_eq!(level(249), [Level::Warning]);
+        assert_eq!(level(50), [Level::Warning]);
+        assert_eq!(level(49), [Level::Ok]);
+        // Too few periods to judge: a container that has barely run.
+        assert_eq!(
+            level_of(&quiet_window(QUOTA_PERIODS_MIN - 1, 40), CPU_LIMIT),
+            [Level::Ok]
         );
     }
 

@@ -38,6 +38,11 @@ pub struct CpuLimit {
     pub busy_loader_processes: Option<usize>,
     /// What the container's processes wanted: their on-CPU plus run-queue time over the window.
     pub demand_cores: Option<f64>,
+    /// Child processes of its GPU processes (DataLoader workers), alive whether or not they ran
+    /// in the window; read under a quota only, `None` otherwise.
+    pub loader_workers: Option<usize>,
+    /// The quota's periods since the container started, and those it throttled.
+    pub quota_periods: Option<super::QuotaPeriods>,
 }
 
 #[derive(Clone, Copy, Debug, Default, Serialize)]

@@ -45,7 +45,7 @@ impl ConfigReader {
         window: Option<f64>,
     ) -> ContainerConfig {
         let mut out = ContainerConfig {
-            cpu: cpu(w, window),
+            cpu: cpu(proc_root, w, window),
             memory: memory(w),
             gpus: allocation(&c.gpu_claims, gpus, w),
             ..Default::default()
@@ -108,7 +108,7 @@ impl ConfigReader {
     }
 }
 
-fn cpu(w: &Workload, window: Option<f64>) -> CpuLimit {
+fn cpu(proc_root: &Path, w: &Workload, window: Option<f64>) -> CpuLimit {
     let (busy, demand) = match (&w.stalls, window) {
         (Some(s), Some(win)) if win > 0.0 => {
             let wanted = |p: &crate::model::ProcessStall| p.on_cpu_seconds + p.runq_seconds;
@@ -122,13 +122,43 @@ fn cpu(w: &Workload, window: Option<f64>) -> CpuLimit {
         }
         _ => (None, None),
     };
+    let limit_cores = w.cpu.and_then(|c| c.limit_cores);
     CpuLimit {
-        limit_cores: w.cpu.and_then(|c| c.limit_cores),
+        limit_cores,
         used_cores: w.cpu.and_then(|c| c.cores),
         throttled_fraction: w.cpu.and_then(|c| c.throttled_fraction),
         busy_loader_processes: busy,
         demand_cores: demand,
+        loader_workers: limit_cores
+            .filter(|_| w.gpu.processes > 0)
+            .map(|_| loader_workers(proc_root, w)),
+        quota_periods: w.cpu.and_then(|c| c.quota_periods),
     }
+}
+
+/// The DataLoader workers: children of the workload's GPU processes, alive now. A DataLoader
+/// forks (or spawns) its workers from the thread that iterates it, the main thread in a
+/// training script, so only the main thread's `children` is read: one file per GPU process.
+fn loader_workers(proc_root: &Path, w: &Workload) -> usize {
+    let gpu_pids: BTreeSet<u32> = w
+        .gpu
+        .per_gpu
+        .iter()
+        .flat_map(|g| g.pids.iter().copied())
+        .collect();
+    let children: BTreeSet<u32> = gpu_pids
+        .iter()
+        .filter_map(|pid| {
+            std::fs::read_to_string(proc_root.join(format!("{pid}/task/{pid}/children"))).ok()
+        })
+        .flat_map(|t| {
+            t.split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    // A GPU process started by another (a launcher's ranks) is no worker.
+    children.difference(&gpu_pids).count()
 }
 
 fn memory(w: &Workload) -> MemoryLimit {
