@@ -324,6 +324,50 @@ fn a_shared_gpu_the_driver_cannot_split_is_estimated_and_says_so() {
     }
 }
 
+/// Two containers on one GPU: one busy on its CPU (and so given the larger part), one that
+/// runs a little work now and then. The smaller one is told contention, with the other's name
+/// and part; the parts add up to the GPU's busy share; without eBPF the verdict stands.
+#[test]
+fn the_smaller_holder_of_a_shared_gpu_is_told_contention_by_name() {
+    require_root();
+    let big = Container::start(&unique("contend-big"), &[], "while :; do :; done");
+    let small = Container::start(
+        &unique("contend-small"),
+        &[],
+        "while :; do i=0; while [ $i -lt 2000 ]; do i=$((i+1)); done; usleep 30000; done",
+    );
+    let scenario = json!({"devices": [{"uuid": "GPU-contended", "processes": [
+        {"pid": big.pid, "used_memory_bytes": GIB, "sm_util": 70},
+        {"pid": small.pid, "used_memory_bytes": GIB, "sm_util": 30}]}]});
+    for extra in [
+        &["--window", "2s"][..],
+        &["--window", "2s", "--no-ebpf"][..],
+    ] {
+        let run = snapshot(&scenario, extra);
+        assert!(run.status.success(), "{}", run.stderr);
+        let device = run.json["gpus"][0]["busy"]["fraction"].as_f64().unwrap();
+        let w = |c: &Container| workload(&run.json, &format!("docker:{}", c.id)).clone();
+        let (b, s) = (w(&big), w(&small));
+        let part = |w: &Value| w["gpu"]["per_gpu"][0]["busy_fraction"].as_f64().unwrap();
+        assert!(
+            (part(&b) + part(&s) - device).abs() < 1e-9,
+            "{} + {} != {device}",
+            part(&b),
+            part(&s)
+        );
+        let v = &s["verdict"];
+        assert_eq!(v["kind"], "contention", "{extra:?}: {v:#}");
+        let c = &v["contention"];
+        assert_eq!(c["others"][0]["name"], big.name.as_str(), "{c:#}");
+        assert_eq!(c["others"][0]["busy_fraction"], part(&b), "{c:#}");
+        assert_close(&c["own_fraction"], part(&s), 1e-9);
+        assert_close(&c["device_busy_fraction"], device, 1e-9);
+        assert!(v["advice"].as_str().unwrap().contains(&big.name), "{v:#}");
+        // The big one ran more than the others on its GPU: not contention.
+        assert_ne!(b["verdict"]["kind"], "contention", "{:#}", b["verdict"]);
+    }
+}
+
 /// A tenant's label reaches every output escaped: a compose service that holds a terminal
 /// escape, a forged `FIRING` line and a spreadsheet formula. The table shows it inert on one
 /// line; the CSV cell cannot run as a formula; the recording reads back exactly what was set.

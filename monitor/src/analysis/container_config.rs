@@ -579,6 +579,7 @@ mod tests {
             host: None,
             host_bound_share: None,
             cpu_throttled_fraction: None,
+            contention: None,
             evidence: Vec::new(),
             advice: "The data loader is CPU-bound.".into(),
         };

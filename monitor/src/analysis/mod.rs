@@ -1,9 +1,10 @@
 //! The analysis: judges a round after the sampler has assembled it. Each workload gets its
 //! verdict (why its GPU is idle, or that it is not; naming the container's configuration when
-//! that is the cause), its OOM headroom and, for a distributed job, the rank the others wait
+//! that is the cause; other workloads on its GPU when they are), its OOM headroom and, for a distributed job, the rank the others wait
 //! for; the snapshot arrives
 //! here with the facts only.
 pub mod container_config;
+pub mod contention;
 pub mod headroom;
 pub mod host_side;
 pub mod ranks;
@@ -23,8 +24,13 @@ pub struct AnalysisConfig {
 /// Fills in each workload's verdict and OOM headroom.
 pub fn judge(snap: &mut Snapshot, config: &AnalysisConfig) {
     let window = snap.window_seconds.filter(|w| *w > 0.0);
-    for w in &mut snap.workloads {
-        w.verdict = verdict::assess(w, window, &snap.sources.ebpf, &config.verdict);
+    let shared: Vec<_> = snap
+        .workloads
+        .iter()
+        .map(|w| contention::contention(w, &snap.workloads, &snap.gpus))
+        .collect();
+    for (w, shared) in snap.workloads.iter_mut().zip(shared) {
+        w.verdict = verdict::assess(w, window, &snap.sources.ebpf, shared, &config.verdict);
         if let (Some(v), Some(c)) = (&mut w.verdict, &w.config) {
             container_config::advise(v, c);
         }

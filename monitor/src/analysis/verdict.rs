@@ -24,7 +24,7 @@
 //! GPU is "busy" doing little. Idle is said only when the GPU, the loader and the training loop
 //! all do (almost) nothing.
 use super::host_side;
-use crate::model::{HostSide, LoaderSummary, Verdict, VerdictKind};
+use crate::model::{Contention, HostSide, LoaderSummary, Verdict, VerdictKind};
 use crate::model::{ProcessRole, SourceState, Workload};
 use serde::Deserialize;
 
@@ -70,6 +70,9 @@ pub struct VerdictConfig {
     /// calls are not traced: a pageable-copy step moved 5.1 GB/s on the H100 host, a
     /// launch-bound loop 0.2.
     pub pcie_busy_bytes_per_second: f64,
+    /// Share of the window other workloads kept its GPU busy from which, when it is also more
+    /// than its own share, their work is what its kernels wait for (contention).
+    pub contention_share_min: f64,
 }
 
 impl Default for VerdictConfig {
@@ -88,6 +91,7 @@ impl Default for VerdictConfig {
             sync_idle_min: 0.3,
             launch_host_max_us: 50.0,
             pcie_busy_bytes_per_second: 1e9,
+            contention_share_min: 0.2,
         }
     }
 }
@@ -105,6 +109,7 @@ impl VerdictConfig {
             ("sm_active_min", self.sm_active_min),
             ("copy_share_min", self.copy_share_min),
             ("sync_idle_min", self.sync_idle_min),
+            ("contention_share_min", self.contention_share_min),
         ])?;
         for (field, v) in [
             ("straggler_spread_points", self.straggler_spread_points),
@@ -380,6 +385,7 @@ pub fn assess(
     w: &Workload,
     window: Option<f64>,
     ebpf: &SourceState,
+    contention: Option<Contention>,
     config: &VerdictConfig,
 ) -> Option<Verdict> {
     if w.gpu.processes == 0 {
@@ -408,6 +414,7 @@ pub fn assess(
     if let Some(h) = &host {
         evidence.extend(host_side::evidence(w, h, window));
     }
+    evidence.extend(contention.as_ref().map(contention_evidence));
     let facts = Facts {
         w,
         busy,
@@ -417,6 +424,7 @@ pub fn assess(
         host,
         sm,
         ebpf,
+        contention: contention.as_ref(),
         config,
     };
     let judged = facts.classify();
@@ -433,6 +441,7 @@ pub fn assess(
         host,
         host_bound_share: judged.host_share,
         cpu_throttled_fraction: throttled,
+        contention,
         evidence,
         advice: judged.advice,
     })
@@ -460,6 +469,7 @@ fn unknown_busy(w: &Workload) -> Verdict {
         host: None,
         host_bound_share: None,
         cpu_throttled_fraction: w.cpu.and_then(|c| c.throttled_fraction),
+        contention: None,
         evidence: vec![format!("GPU busy share unknown: {why}")],
         advice: format!("The GPU busy share of this workload is unknown: {why}."),
     }
@@ -475,6 +485,7 @@ struct Facts<'a> {
     host: Option<HostSide>,
     sm: Option<f64>,
     ebpf: &'a SourceState,
+    contention: Option<&'a Contention>,
     config: &'a VerdictConfig,
 }
 
@@ -516,6 +527,13 @@ impl Facts<'_> {
                     ),
                 ),
             };
+        }
+        if let Some(c) = self.contended().filter(|_| !self.ebpf.up) {
+            // Without stall tracing its loop is unseen, but it ran on the GPU and others ran
+            // more: that much is measured.
+            if busy >= config.idle_busy_max {
+                return Judged::new(VerdictKind::Contention, contention_advice(c));
+            }
         }
         if !self.ebpf.up {
             return Judged::new(
@@ -589,7 +607,38 @@ impl Facts<'_> {
                     pct(idle)
                 ),
             ),
-            _ => self.host_side(throttled_hard),
+            _ => self.host_side_or_contention(throttled_hard),
+        }
+    }
+
+    /// The contention when it is large enough to be the cause: other workloads kept its GPU
+    /// busy at least `contention_share_min` of the window, and more than its own work did.
+    fn contended(&self) -> Option<&Contention> {
+        self.contention.filter(|c| {
+            c.others_fraction >= self.config.contention_share_min
+                && c.others_fraction > c.own_fraction
+        })
+    }
+
+    /// Other workloads' work, unless the training loop's own host side (copies, launches, its
+    /// CPU work, told from the CUDA calls) took more of the window than theirs: a loop waiting
+    /// in synchronisation behind their kernels is contention's.
+    fn host_side_or_contention(&self, throttled_hard: bool) -> Judged {
+        let Some(c) = self.contended() else {
+            return self.host_side(throttled_hard);
+        };
+        let host_cause = self
+            .host
+            .as_ref()
+            .filter(|h| h.cuda_traced)
+            .and_then(|h| host_side::cause(h, self.busy, self.sm, self.config));
+        match host_cause {
+            Some((kind, Some(share)))
+                if kind != VerdictKind::HostSync && share > c.others_fraction =>
+            {
+                self.host_side(throttled_hard)
+            }
+            _ => Judged::new(VerdictKind::Contention, contention_advice(c)),
         }
     }
 
@@ -621,6 +670,51 @@ impl Facts<'_> {
             host_share: share,
         }
     }
+}
+
+/// "GPU 0 was busy 94% of the window: 43% train-a, 26% eval-b, 10% this job's own (host CPU
+/// estimate)".
+fn contention_evidence(c: &Contention) -> String {
+    let gpus: std::collections::BTreeSet<u32> = c.others.iter().map(|o| o.gpu).collect();
+    let gpus: Vec<String> = gpus.iter().map(u32::to_string).collect();
+    let others: Vec<String> = c
+        .others
+        .iter()
+        .map(|o| match o.busy_fraction {
+            Some(b) => format!("{} {}", pct(b), o.name),
+            None => format!("{} (its part unknown)", o.name),
+        })
+        .collect();
+    format!(
+        "GPU {} was busy {} of the window: {}, {} this job's own ({})",
+        gpus.join(", "),
+        pct(c.device_busy_fraction),
+        others.join(", "),
+        pct(c.own_fraction),
+        c.split.describe()
+    )
+}
+
+fn contention_advice(c: &Contention) -> String {
+    let move_to = match c.idlest_gpu {
+        Some(g) => format!(
+            "run it on a GPU of its own (GPU {} was busy {}: docker --gpus device={})",
+            g.index,
+            pct(g.busy_fraction),
+            g.index
+        ),
+        None => "run it on a GPU of its own".to_owned(),
+    };
+    let names: Vec<&str> = c.others.iter().map(|o| o.name.as_str()).take(3).collect();
+    format!(
+        "Other workloads ({}) kept its GPU busy {} of the window, more than its own {}: its \
+         kernels wait their turn while the driver time-slices between processes. A faster \
+         loader or larger batch will not help: {move_to}, give each job a fixed share with MIG \
+         or MPS, or schedule the jobs so they do not overlap.",
+        names.join(", "),
+        pct(c.others_fraction),
+        pct(c.own_fraction)
+    )
 }
 
 fn fmt_ms(v: Option<f64>) -> String {
@@ -722,7 +816,7 @@ mod tests {
     }
 
     fn assess1(w: &Workload) -> Verdict {
-        assess(w, Some(1.0), &up(), &VerdictConfig::default()).expect("a GPU workload")
+        assess(w, Some(1.0), &up(), None, &VerdictConfig::default()).expect("a GPU workload")
     }
 
     const GPU: ProcessRole = ProcessRole::Gpu;
@@ -854,7 +948,7 @@ mod tests {
             ],
             None,
         );
-        let v = assess(&w, Some(12.0), &up(), &VerdictConfig::default()).unwrap();
+        let v = assess(&w, Some(12.0), &up(), None, &VerdictConfig::default()).unwrap();
         assert_eq!(v.kind, VerdictKind::InputBoundIo);
         assert!(
             (v.input_bound_share.unwrap() - 9.64 / 9.82).abs() < 1e-9,
@@ -925,7 +1019,7 @@ mod tests {
     fn without_ebpf_the_verdict_says_why() {
         let w = workload(0.4, vec![], None);
         let down = SourceState::down("stall tracing unavailable: missing CAP_BPF");
-        let v = assess(&w, Some(1.0), &down, &VerdictConfig::default()).unwrap();
+        let v = assess(&w, Some(1.0), &down, None, &VerdictConfig::default()).unwrap();
         assert_eq!(v.kind, VerdictKind::Unknown);
         assert!(v.advice.contains("missing CAP_BPF"));
         assert_eq!(v.input_bound_share, None);
@@ -1163,14 +1257,131 @@ mod tests {
         );
     }
 
+    /// What the others did on its GPU: `own` its part, `others` theirs, split by host CPU.
+    fn shared(own: f64, others: f64) -> Contention {
+        Contention {
+            device_busy_fraction: own + others,
+            own_fraction: own,
+            others_fraction: others,
+            others: vec![crate::model::OtherHolder {
+                name: "eval-b".into(),
+                gpu: 0,
+                busy_fraction: Some(others),
+            }],
+            split: SplitMethod::HostCpuEstimate,
+            idlest_gpu: Some(crate::model::IdleGpu {
+                index: 1,
+                busy_fraction: 0.03,
+            }),
+        }
+    }
+
+    fn judged(w: &Workload, c: Contention, ebpf: &SourceState) -> Verdict {
+        assess(w, Some(1.0), ebpf, Some(c), &VerdictConfig::default()).unwrap()
+    }
+
+    /// The 10 % container of a three-way share: its loop spins in synchronisation behind the
+    /// others' kernels (on a CPU 60 % of the window, no loader).
+    fn spinning(own: f64) -> Workload {
+        host_job(own, 0.6, None)
+    }
+
+    #[test]
+    fn others_busier_than_it_on_its_gpu_is_contention_from_the_threshold() {
+        let v = judged(&spinning(0.10), shared(0.10, 0.84), &up());
+        assert_eq!(v.kind, VerdictKind::Contention, "{v:#?}");
+        assert!(
+            v.evidence.iter().any(|e| e
+                == "GPU 0 was busy 94% of the window: 84% eval-b, 10% this job's own (split by \
+                    the holders' host CPU time, an estimate)"),
+            "{:?}",
+            v.evidence
+        );
+        assert!(v.advice.starts_with("Other workloads (eval-b) kept its GPU busy 84% of the window, more than its own 10%"), "{}", v.advice);
+        assert!(v.advice.contains("docker --gpus device=1"), "{}", v.advice);
+        // contention_share_min (0.2): at it, and just under.
+        assert_eq!(
+            judged(&spinning(0.05), shared(0.05, 0.20), &up()).kind,
+            VerdictKind::Contention
+        );
+        assert_ne!(
+            judged(&spinning(0.05), shared(0.05, 0.19), &up()).kind,
+            VerdictKind::Contention
+        );
+        // More than its own: equal is not.
+        assert_eq!(
+            judged(&spinning(0.30), shared(0.30, 0.31), &up()).kind,
+            VerdictKind::Contention
+        );
+        assert_ne!(
+            judged(&spinning(0.30), shared(0.30, 0.30), &up()).kind,
+            VerdictKind::Contention
+        );
+        // Busy enough itself, it is GPU-bound whoever else runs.
+        assert_eq!(
+            judged(&spinning(0.80), shared(0.80, 0.19), &up()).kind,
+            VerdictKind::GpuBound
+        );
+    }
+
+    #[test]
+    fn a_saturated_loader_or_an_idle_job_is_not_told_contention() {
+        let loader = workload(
+            0.1,
+            vec![
+                proc(1, GPU, 0.05, 0.0, 0.0, 0.95),
+                proc(2, LOADER, 0.1, 0.0, 0.85, 0.05),
+            ],
+            None,
+        );
+        assert_eq!(
+            judged(&loader, shared(0.1, 0.8), &up()).kind,
+            VerdictKind::InputBoundIo
+        );
+        let idle = host_job(0.01, 0.02, None);
+        assert_eq!(
+            judged(&idle, shared(0.01, 0.9), &up()).kind,
+            VerdictKind::Idle
+        );
+    }
+
+    #[test]
+    fn a_traced_host_cause_larger_than_the_others_wins_and_sync_does_not() {
+        // Copies take 60 % of the window, the others 30 %: the copies are its own to fix.
+        let w = host_job(0.05, 0.7, Some(copies(0.6)));
+        assert_eq!(
+            judged(&w, shared(0.05, 0.30), &up()).kind,
+            VerdictKind::HostTransfers
+        );
+        // The others take 70 %: more than its copies.
+        assert_eq!(
+            judged(&w, shared(0.05, 0.70), &up()).kind,
+            VerdictKind::Contention
+        );
+    }
+
+    #[test]
+    fn without_ebpf_contention_is_told_for_a_job_that_ran() {
+        let down = SourceState::down("no CAP_BPF");
+        assert_eq!(
+            judged(&spinning(0.10), shared(0.10, 0.80), &down).kind,
+            VerdictKind::Contention
+        );
+        // One that did not run on the GPU may just be idle: unknown, as before.
+        assert_eq!(
+            judged(&spinning(0.04), shared(0.04, 0.80), &down).kind,
+            VerdictKind::Unknown
+        );
+    }
+
     #[test]
     fn no_gpu_process_no_verdict() {
         let mut w = workload(0.5, vec![], None);
         w.gpu.processes = 0;
-        assert!(assess(&w, Some(1.0), &up(), &VerdictConfig::default()).is_none());
+        assert!(assess(&w, Some(1.0), &up(), None, &VerdictConfig::default()).is_none());
         let w = workload(0.5, vec![], None);
         assert!(
-            assess(&w, None, &up(), &VerdictConfig::default()).is_none(),
+            assess(&w, None, &up(), None, &VerdictConfig::default()).is_none(),
             "first round"
         );
     }

@@ -29,7 +29,9 @@ pub use gpu::{
 pub use gpu_claim::{parse_visible_devices, ClaimVia, ClaimedDevices, DeviceRef, GpuClaim};
 pub use headroom::OomHeadroom;
 pub use ranks::{Rank, RankEnv, Straggler, StragglerBasis};
-pub use verdict::{HostSide, LoaderSummary, UnknownVerdict, Verdict, VerdictKind};
+pub use verdict::{
+    Contention, HostSide, IdleGpu, LoaderSummary, OtherHolder, UnknownVerdict, Verdict, VerdictKind,
+};
 pub use workload::{CgroupMode, WorkloadId, WorkloadKind};
 
 use serde::Serialize;
@@ -275,6 +277,19 @@ pub enum SplitMethod {
 }
 
 impl SplitMethod {
+    /// How the parts were found, in words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::NoProcesses => "no holders",
+            Self::SoleHolder => "its only holder",
+            Self::SoleActiveHolder => "its only active holder",
+            Self::ProcessSamples => "split by the driver's per-process samples",
+            Self::HostCpuEstimate => "split by the holders' host CPU time, an estimate",
+            Self::Partial => "the driver's samples where it had them; the rest unknown",
+            Self::Unknown => "no holder showed activity",
+        }
+    }
+
     /// True when the division is exact (one workload had the GPU to itself).
     pub fn is_exact(self) -> bool {
         matches!(

@@ -18,6 +18,8 @@ pub enum VerdictKind {
     HostCpu,
     /// or a synchronisation that waits while the GPU has nothing to run.
     HostSync,
+    /// Other workloads kept its GPU busy: its kernels wait their turn.
+    Contention,
     GpuBound,
     LowSmActivity,
     Idle,
@@ -25,13 +27,14 @@ pub enum VerdictKind {
 }
 
 impl VerdictKind {
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::InputBoundIo,
         Self::InputBoundCpu,
         Self::HostTransfers,
         Self::HostLaunches,
         Self::HostCpu,
         Self::HostSync,
+        Self::Contention,
         Self::GpuBound,
         Self::LowSmActivity,
         Self::Idle,
@@ -46,6 +49,7 @@ impl VerdictKind {
             Self::HostLaunches => "host-bound: launches",
             Self::HostCpu => "host-bound: CPU",
             Self::HostSync => "host-bound: sync",
+            Self::Contention => "contention",
             Self::GpuBound => "GPU-bound",
             Self::LowSmActivity => "low SM activity",
             Self::Idle => "idle",
@@ -154,10 +158,49 @@ pub struct Verdict {
     /// launches).
     pub host_bound_share: Option<f64>,
     pub cpu_throttled_fraction: Option<f64>,
+    /// Other workloads' use of the GPUs it holds, when another holder kept one busy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub contention: Option<Contention>,
     /// The measurements behind the verdict, in words.
     pub evidence: Vec<String>,
     /// What to do about it.
     pub advice: String,
+}
+
+/// Who else kept the workload's GPUs busy in the window. Every figure is a share of the window
+/// (mean over the GPUs it shares); the parts are shares of the GPUs' one measured busy time, so
+/// its own part and the others' add up to the devices'.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Contention {
+    /// The shared GPUs' busy share, all holders together.
+    pub device_busy_fraction: f64,
+    /// Its own part.
+    pub own_fraction: f64,
+    /// The other holders' parts together: the devices' less its own.
+    pub others_fraction: f64,
+    /// Each other holder that may have kept a shared GPU busy, busiest first.
+    pub others: Vec<OtherHolder>,
+    /// How the busy time was divided (the least exact method among the shared GPUs).
+    pub split: super::SplitMethod,
+    /// The host's least busy GPU that it does not hold, when one is known.
+    pub idlest_gpu: Option<IdleGpu>,
+}
+
+/// Another holder of a shared GPU.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OtherHolder {
+    /// Its workload's name, or `pid N` for a process attributed to none.
+    pub name: String,
+    pub gpu: u32,
+    /// Its part of the window; `None` when the split could not tell it.
+    pub busy_fraction: Option<f64>,
+}
+
+/// A GPU the workload could move to.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct IdleGpu {
+    pub index: u32,
+    pub busy_fraction: f64,
 }
 
 #[cfg(test)]

@@ -304,6 +304,7 @@ fn verdict_color(kind: VerdictKind) -> Option<RGBColor> {
         VerdictKind::HostLaunches => Some(RGBColor(251, 154, 153)),
         VerdictKind::HostCpu => Some(RGBColor(202, 178, 214)),
         VerdictKind::HostSync => Some(RGBColor(178, 223, 138)),
+        VerdictKind::Contention => Some(RGBColor(255, 187, 120)),
         VerdictKind::GpuBound => Some(RGBColor(199, 233, 192)),
         VerdictKind::LowSmActivity => Some(RGBColor(255, 237, 160)),
         VerdictKind::Idle => Some(RGBColor(224, 224, 224)),

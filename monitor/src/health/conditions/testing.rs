@@ -41,6 +41,7 @@ pub fn verdict(kind: VerdictKind, advice: &str) -> Verdict {
         host: None,
         host_bound_share: None,
         cpu_throttled_fraction: None,
+        contention: None,
         evidence: Vec::new(),
         advice: advice.into(),
     }

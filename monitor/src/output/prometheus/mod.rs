@@ -190,6 +190,7 @@ mod tests {
             host: None,
             host_bound_share: Some(0.4),
             cpu_throttled_fraction: Some(0.1),
+            contention: None,
             evidence: Vec::new(),
             advice: String::new(),
         });
