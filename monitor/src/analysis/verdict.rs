@@ -45,6 +45,11 @@ pub struct VerdictConfig {
     pub step_busy_min: f64,
     /// Share of the loader's busy time in D state from which the loader is I/O-bound.
     pub io_share_min: f64,
+    /// The loader's busy time (on a CPU, waiting for one or blocked, all its processes) over
+    /// the window, in CPUs, below which it barely runs: however saturated each of its
+    /// processes is for its short life, it is no bottleneck (a process that used 0.01 of a
+    /// CPU was told `input-bound: CPU`).
+    pub loader_active_min: f64,
     /// Share of the window under CPU-quota throttling from which the quota is the cause.
     pub throttled_min: f64,
     /// SM activity while kernels run (GPM) below which a busy GPU is doing little: tiny
@@ -82,6 +87,7 @@ impl Default for VerdictConfig {
             idle_busy_max: 0.05,
             loader_idle: 0.3,
             loader_saturated: 0.6,
+            loader_active_min: 0.05,
             step_busy_min: 0.5,
             io_share_min: 0.5,
             throttled_min: 0.1,
@@ -103,6 +109,7 @@ impl VerdictConfig {
             ("idle_busy_max", self.idle_busy_max),
             ("loader_idle", self.loader_idle),
             ("loader_saturated", self.loader_saturated),
+            ("loader_active_min", self.loader_active_min),
             ("step_busy_min", self.step_busy_min),
             ("io_share_min", self.io_share_min),
             ("throttled_min", self.throttled_min),
@@ -187,6 +194,7 @@ fn loader_summary(w: &Workload, window: f64) -> Option<LoaderSummary> {
         processes: n,
         in_gpu_process,
         busy_fraction: if total > 0.0 { weighted / total } else { 0.0 },
+        busy_cores: total / window,
         on_cpu_share: if total > 0.0 { cpu / total } else { 0.0 },
         runq_share: if total > 0.0 { runq / total } else { 0.0 },
         blocked_share: if total > 0.0 { blocked / total } else { 0.0 },
@@ -549,10 +557,9 @@ impl Facts<'_> {
             );
         }
         let throttled_hard = self.throttled.is_some_and(|t| t >= config.throttled_min);
-        let loader_idle = self
-            .loader
-            .as_ref()
-            .is_none_or(|l| l.busy_fraction <= config.loader_idle);
+        let loader_idle = self.loader.as_ref().is_none_or(|l| {
+            l.busy_fraction <= config.loader_idle || l.busy_cores < config.loader_active_min
+        });
         let trainer_idle = self
             .host
             .as_ref()
@@ -573,7 +580,9 @@ impl Facts<'_> {
     fn input_or_host(&self, throttled_hard: bool, loader_idle: bool) -> Judged {
         let (idle, config) = (self.idle, self.config);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let saturated = |l: &LoaderSummary| l.busy_fraction >= config.loader_saturated;
+        let saturated = |l: &LoaderSummary| {
+            l.busy_fraction >= config.loader_saturated && l.busy_cores >= config.loader_active_min
+        };
         let host_busy = self
             .host
             .as_ref()
@@ -1255,6 +1264,29 @@ mod tests {
             "{:?}",
             v.evidence
         );
+    }
+
+    #[test]
+    fn a_loader_that_barely_runs_is_no_bottleneck_from_the_threshold() {
+        // A worker busy all of its short life: saturated by its own share, but it used only
+        // `cores` of a CPU in the window.
+        let job = |busy: f64, cores: f64| {
+            workload(
+                busy,
+                vec![
+                    proc(1, GPU, 0.005, 0.0, 0.0, 0.995),
+                    proc(2, LOADER, cores, 0.0, 0.0, 0.0),
+                ],
+                None,
+            )
+        };
+        let v = assess1(&job(0.10, 0.01));
+        assert_eq!(v.kind, VerdictKind::Unknown, "{v:#?}");
+        assert_eq!(v.loader.unwrap().busy_fraction, 1.0);
+        assert_eq!(assess1(&job(0.10, 0.049)).kind, VerdictKind::Unknown);
+        assert_eq!(assess1(&job(0.10, 0.05)).kind, VerdictKind::InputBoundCpu);
+        // On an idle GPU it is idle, not input-bound.
+        assert_eq!(assess1(&job(0.01, 0.01)).kind, VerdictKind::Idle);
     }
 
     /// What the others did on its GPU: `own` its part, `others` theirs, split by host CPU.

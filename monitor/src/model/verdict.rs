@@ -96,6 +96,8 @@ pub struct LoaderSummary {
     /// How saturated the loader is: each loader process's busy share (on CPU, run queue or D
     /// state, of the window or of its life if shorter), weighted by its busy time.
     pub busy_fraction: f64,
+    /// Its busy time over the window, in CPUs (blocked time counted): how much it runs at all.
+    pub busy_cores: f64,
     /// Of the loader's busy time: on a CPU, waiting for one, blocked on I/O.
     pub on_cpu_share: f64,
     pub runq_share: f64,
