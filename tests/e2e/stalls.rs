@@ -195,6 +195,25 @@ fn io_cpu_and_gpu_bound_containers_get_their_verdicts() {
         .as_str()
         .unwrap()
         .contains("GPU is the bottleneck"));
+
+    // Without eBPF, the containers' pressure stall information gives each the same verdict,
+    // labelled as told from pressure.
+    let run = snapshot(&scenario, &["--window", "4s", "--no-ebpf"]);
+    assert!(run.status.success(), "{}", run.stderr);
+    for (c, kind) in [
+        (&io, "input-bound: I/O"),
+        (&cpu, "input-bound: CPU"),
+        (&gpu, "GPU-bound"),
+    ] {
+        let w = workload(&run.json, &format!("docker:{}", c.id));
+        let v = &w["verdict"];
+        eprintln!(
+            "{} without eBPF: {} from {}: {}",
+            c.name, v["kind"], v["basis"], w["pressure"]
+        );
+        assert_eq!(v["kind"], kind, "{v:#}");
+        assert_eq!(v["basis"], "pressure", "{v:#}");
+    }
 }
 
 #[test]

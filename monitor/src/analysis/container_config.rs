@@ -570,6 +570,7 @@ mod tests {
     fn the_advice_names_the_quota_and_a_full_shm() {
         let verdict = |kind| Verdict {
             kind,
+            basis: crate::model::VerdictBasis::StallTracing,
             gpu_busy_fraction: 0.3,
             gpu_idle_fraction: 0.7,
             input_bound_share: Some(0.6),

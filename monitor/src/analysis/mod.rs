@@ -7,6 +7,7 @@ pub mod container_config;
 pub mod contention;
 pub mod headroom;
 pub mod host_side;
+pub mod pressure;
 pub mod ranks;
 pub mod verdict;
 

@@ -24,7 +24,8 @@
 //! GPU is "busy" doing little. Idle is said only when the GPU, the loader and the training loop
 //! all do (almost) nothing.
 use super::host_side;
-use crate::model::{Contention, HostSide, LoaderSummary, Verdict, VerdictKind};
+use super::pressure;
+use crate::model::{Contention, HostSide, LoaderSummary, Verdict, VerdictBasis, VerdictKind};
 use crate::model::{ProcessRole, SourceState, Workload};
 use serde::Deserialize;
 
@@ -75,6 +76,17 @@ pub struct VerdictConfig {
     /// calls are not traced: a pageable-copy step moved 5.1 GB/s on the H100 host, a
     /// launch-bound loop 0.2.
     pub pcie_busy_bytes_per_second: f64,
+    /// Without stall tracing, the share of the window the container's tasks waited for a CPU
+    /// (`cpu.pressure` some, or the quota's throttled share if larger) from which that is the
+    /// cause. In 4-s windows of the end-to-end containers: a loader spinning under a 0.5-CPU
+    /// quota 0.57, a GPU-bound trainer 0.06.
+    pub pressure_cpu_min: f64,
+    /// ... waited for I/O (`io.pressure` some): a loader reading through a 1 MB/s blkio limit
+    /// 0.56, the CPU-bound and GPU-bound containers ≤ 0.003.
+    pub pressure_io_min: f64,
+    /// ... waited for memory (`memory.pressure` some): a loop re-reading a 200 MB file under
+    /// `--memory 48m` (a squeezed page cache, refilled cheaply) 0.07.
+    pub pressure_memory_min: f64,
     /// Share of the window other workloads kept its GPU busy from which, when it is also more
     /// than its own share, their work is what its kernels wait for (contention).
     pub contention_share_min: f64,
@@ -98,6 +110,9 @@ impl Default for VerdictConfig {
             launch_host_max_us: 50.0,
             pcie_busy_bytes_per_second: 1e9,
             contention_share_min: 0.2,
+            pressure_cpu_min: 0.3,
+            pressure_io_min: 0.3,
+            pressure_memory_min: 0.1,
         }
     }
 }
@@ -117,6 +132,9 @@ impl VerdictConfig {
             ("copy_share_min", self.copy_share_min),
             ("sync_idle_min", self.sync_idle_min),
             ("contention_share_min", self.contention_share_min),
+            ("pressure_cpu_min", self.pressure_cpu_min),
+            ("pressure_io_min", self.pressure_io_min),
+            ("pressure_memory_min", self.pressure_memory_min),
         ])?;
         for (field, v) in [
             ("straggler_spread_points", self.straggler_spread_points),
@@ -423,6 +441,13 @@ pub fn assess(
         evidence.extend(host_side::evidence(w, h, window));
     }
     evidence.extend(contention.as_ref().map(contention_evidence));
+    if !ebpf.up {
+        let why = ebpf
+            .detail
+            .as_deref()
+            .unwrap_or("stall tracing unavailable");
+        evidence.extend(w.pressure.map(|p| pressure::evidence(&p, why)));
+    }
     let facts = Facts {
         w,
         busy,
@@ -436,8 +461,14 @@ pub fn assess(
         config,
     };
     let judged = facts.classify();
+    let basis = match (ebpf.up, w.pressure) {
+        (true, _) => VerdictBasis::StallTracing,
+        (false, Some(_)) => VerdictBasis::Pressure,
+        (false, None) => VerdictBasis::GpuOnly,
+    };
     Some(Verdict {
         kind: judged.kind,
+        basis,
         gpu_busy_fraction: busy,
         gpu_idle_fraction: idle,
         input_bound_share: wait
@@ -468,6 +499,7 @@ fn unknown_busy(w: &Workload) -> Verdict {
         });
     Verdict {
         kind: VerdictKind::Unknown,
+        basis: VerdictBasis::GpuOnly,
         gpu_busy_fraction: f64::NAN,
         gpu_idle_fraction: f64::NAN,
         input_bound_share: None,
@@ -544,17 +576,7 @@ impl Facts<'_> {
             }
         }
         if !self.ebpf.up {
-            return Judged::new(
-                VerdictKind::Unknown,
-                format!(
-                    "The GPU idles {} of the time; {}. Without it the loader cannot be examined.",
-                    pct(idle),
-                    self.ebpf
-                        .detail
-                        .as_deref()
-                        .unwrap_or("stall tracing unavailable")
-                ),
-            );
+            return self.without_tracing();
         }
         let throttled_hard = self.throttled.is_some_and(|t| t >= config.throttled_min);
         let loader_idle = self.loader.as_ref().is_none_or(|l| {
@@ -618,6 +640,45 @@ impl Facts<'_> {
             ),
             _ => self.host_side_or_contention(throttled_hard),
         }
+    }
+
+    /// Without stall tracing: the cgroup's pressure stall information, when there is some.
+    fn without_tracing(&self) -> Judged {
+        let (idle, config) = (self.idle, self.config);
+        let why = self
+            .ebpf
+            .detail
+            .as_deref()
+            .unwrap_or("stall tracing unavailable");
+        let Some(p) = self.w.pressure else {
+            return Judged::new(
+                VerdictKind::Unknown,
+                format!(
+                    "The GPU idles {} of the time; {why}. Without it the loader cannot be examined.",
+                    pct(idle)
+                ),
+            );
+        };
+        if let Some((kind, share)) = pressure::cause(&p, self.throttled, config) {
+            return Judged::new(kind, pressure::advice(kind, share, self.w, idle));
+        }
+        let cores = self.w.cpu.and_then(|c| c.cores);
+        if self.busy < config.idle_busy_max && cores.is_some_and(|c| c < config.loader_active_min) {
+            return Judged::new(
+                VerdictKind::Idle,
+                format!(
+                    "No GPU work, and the container used {:.2} of a CPU in the window (told without stall tracing: {why}). If the job is finished or stuck, stop it to free the GPU.",
+                    cores.unwrap_or(0.0)
+                ),
+            );
+        }
+        Judged::new(
+            VerdictKind::Unknown,
+            format!(
+                "The GPU idles {} of the time and the container's tasks waited for no CPU, I/O or memory to speak of; {why}, and without it a loader busy on free cores or the training loop's own work cannot be told apart.",
+                pct(idle)
+            ),
+        )
     }
 
     /// The contention when it is large enough to be the cause: other workloads kept its GPU
@@ -734,8 +795,8 @@ fn fmt_ms(v: Option<f64>) -> String {
 mod tests {
     use super::*;
     use crate::model::{
-        CpuUsage, CudaCalls, CudaProcessCalls, CudaWindow, IoSummary, ProcessStall, SplitMethod,
-        StallWindow, ThreadTimes, Transfer, WorkloadGpu, WorkloadGpuShare,
+        CpuUsage, CudaCalls, CudaProcessCalls, CudaWindow, IoSummary, Pressure, ProcessStall,
+        SplitMethod, StallWindow, ThreadTimes, Transfer, WorkloadGpu, WorkloadGpuShare,
     };
     use crate::model::{WorkloadId, WorkloadKind};
     use std::collections::BTreeMap;
@@ -797,6 +858,7 @@ mod tests {
                 quota_periods: None,
             }),
             memory: None,
+            pressure: None,
             gpu: WorkloadGpu {
                 memory_bytes: 1 << 30,
                 processes: 1,
@@ -1403,6 +1465,67 @@ mod tests {
         assert_eq!(
             judged(&spinning(0.04), shared(0.04, 0.80), &down).kind,
             VerdictKind::Unknown
+        );
+    }
+
+    #[test]
+    fn without_ebpf_the_pressure_tells_a_coarser_verdict_and_says_so() {
+        let down = SourceState::down("no CAP_BPF");
+        let judge = |busy: f64, cores: f64, pressure: Option<Pressure>| {
+            let mut w = workload(busy, Vec::new(), None);
+            w.stalls = None;
+            w.pressure = pressure;
+            if let Some(c) = &mut w.cpu {
+                c.cores = Some(cores);
+            }
+            assess(&w, Some(1.0), &down, None, &VerdictConfig::default()).unwrap()
+        };
+        let p = |cpu: f64, io: f64| Pressure {
+            cpu_some: cpu,
+            io_some: io,
+            io_full: io,
+            memory_some: 0.0,
+            memory_full: 0.0,
+        };
+        let v = judge(0.2, 0.3, Some(p(0.04, 0.56)));
+        assert_eq!(
+            (v.kind, v.basis),
+            (VerdictKind::InputBoundIo, VerdictBasis::Pressure)
+        );
+        assert!(
+            v.advice.contains("Told from pressure stall information"),
+            "{}",
+            v.advice
+        );
+        assert!(
+            v.evidence.iter().any(|e| e.starts_with("from the cgroup's pressure stall information (no CAP_BPF)")),
+            "{:?}",
+            v.evidence
+        );
+        assert_eq!(
+            judge(0.2, 0.5, Some(p(0.57, 0.0))).kind,
+            VerdictKind::InputBoundCpu
+        );
+        // A busy GPU is GPU-bound whatever the pressure.
+        assert_eq!(
+            judge(0.9, 0.5, Some(p(0.57, 0.0))).kind,
+            VerdictKind::GpuBound
+        );
+        // No pressure to speak of: idle when the container barely ran, else unknown.
+        assert_eq!(judge(0.01, 0.01, Some(p(0.0, 0.0))).kind, VerdictKind::Idle);
+        assert_eq!(
+            judge(0.2, 1.0, Some(p(0.05, 0.05))).kind,
+            VerdictKind::Unknown
+        );
+        // No pressure files: the GPU side only, as before.
+        let v = judge(0.2, 1.0, None);
+        assert_eq!(
+            (v.kind, v.basis),
+            (VerdictKind::Unknown, VerdictBasis::GpuOnly)
+        );
+        assert_eq!(
+            assess1(&workload(0.2, Vec::new(), None)).basis,
+            VerdictBasis::StallTracing
         );
     }
 

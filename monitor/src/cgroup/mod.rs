@@ -4,6 +4,7 @@
 pub mod classify;
 pub mod layout;
 pub mod membership;
+pub mod pressure;
 pub mod stats;
 
 pub use classify::classify;

@@ -1,7 +1,8 @@
 //! A workload's CPU and memory counters from its cgroup files (v1 and v2).
+use super::pressure::PressureFiles;
 use super::{layout::CgroupLayout, membership::CgroupMembership};
 use crate::live_file::LiveFile;
-use crate::model::QuotaPeriods;
+use crate::model::{PressureTotals, QuotaPeriods};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -27,6 +28,8 @@ pub struct CgroupUsage {
     /// Quota periods since creation: all those the cgroup ran in, and those it was throttled
     /// in (`cpu.stat` `nr_periods`, `nr_throttled`).
     pub periods_total: Option<QuotaPeriods>,
+    /// Its pressure stall totals, where its unified-hierarchy directory has them.
+    pub pressure: Option<PressureTotals>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +55,7 @@ pub struct CgroupStatsPaths {
     cpu: CpuSource,
     memory: MemorySource,
     quota: Option<QuotaSource>,
+    pressure: Option<PressureFiles>,
 }
 
 /// Where the CPU quota and its throttling counters are.
@@ -152,7 +156,15 @@ impl CgroupStatsPaths {
         } else {
             membership.unified_dir(layout).map(QuotaSource::V2)
         };
-        Ok(Self { cpu, memory, quota })
+        let pressure = membership
+            .unified_dir(layout)
+            .map(|dir| PressureFiles::new(&dir));
+        Ok(Self {
+            cpu,
+            memory,
+            quota,
+            pressure,
+        })
     }
 
     /// Reads the counters now, and the limits when `limits` says they are due.
@@ -226,6 +238,7 @@ impl CgroupStatsPaths {
             cpu_limit_cores: limits.cpu_limit_cores,
             throttled_seconds_total,
             periods_total,
+            pressure: self.pressure.as_mut().and_then(PressureFiles::read),
         })
     }
 

@@ -30,7 +30,8 @@ pub use gpu_claim::{parse_visible_devices, ClaimVia, ClaimedDevices, DeviceRef, 
 pub use headroom::OomHeadroom;
 pub use ranks::{Rank, RankEnv, Straggler, StragglerBasis};
 pub use verdict::{
-    Contention, HostSide, IdleGpu, LoaderSummary, OtherHolder, UnknownVerdict, Verdict, VerdictKind,
+    Contention, HostSide, IdleGpu, LoaderSummary, OtherHolder, UnknownVerdict, Verdict,
+    VerdictBasis, VerdictKind,
 };
 pub use workload::{CgroupMode, WorkloadId, WorkloadKind};
 
@@ -345,6 +346,10 @@ pub struct Workload {
     pub cgroup_path: Option<String>,
     pub cpu: Option<CpuUsage>,
     pub memory: Option<MemoryUsage>,
+    /// Its cgroup's pressure stall information over the window (`None` in the first round, or
+    /// where the kernel or hierarchy has none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pressure: Option<Pressure>,
     pub gpu: WorkloadGpu,
     /// What the eBPF probes saw of the workload's processes in the window.
     pub stalls: Option<StallWindow>,
@@ -381,6 +386,7 @@ impl Workload {
             cgroup_path: None,
             cpu: None,
             memory: None,
+            pressure: None,
             gpu: WorkloadGpu::default(),
             stalls: None,
             cuda: None,
@@ -409,6 +415,46 @@ pub struct CpuUsage {
     /// throttled in. What a one-shot look needs: a quota that held the job back all along
     /// shows here even in a window its workers happen to wait.
     pub quota_periods: Option<QuotaPeriods>,
+}
+
+/// Cumulative pressure stall times of a cgroup (its `*.pressure` files' `total=`), µs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PressureTotals {
+    pub cpu_some_us: u64,
+    pub io_some_us: u64,
+    pub io_full_us: u64,
+    pub memory_some_us: u64,
+    pub memory_full_us: u64,
+}
+
+/// Pressure stall information over the window: the share of it during which some of the
+/// workload's tasks (`some`), or all of its non-idle ones at once (`full`), waited for a CPU
+/// (its quota's throttling included), for I/O, or for memory (reclaim, swap-in, refaults).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Pressure {
+    pub cpu_some: f64,
+    pub io_some: f64,
+    pub io_full: f64,
+    pub memory_some: f64,
+    pub memory_full: f64,
+}
+
+impl Pressure {
+    /// The shares between two readings `seconds` apart; `None` when the counters went back (a
+    /// new cgroup under the same name) or the span is empty.
+    pub fn between(before: &PressureTotals, now: &PressureTotals, seconds: f64) -> Option<Self> {
+        if seconds <= 0.0 {
+            return None;
+        }
+        let share = |a: u64, b: u64| Some((b.checked_sub(a)? as f64 / (seconds * 1e6)).min(1.0));
+        Some(Self {
+            cpu_some: share(before.cpu_some_us, now.cpu_some_us)?,
+            io_some: share(before.io_some_us, now.io_some_us)?,
+            io_full: share(before.io_full_us, now.io_full_us)?,
+            memory_some: share(before.memory_some_us, now.memory_some_us)?,
+            memory_full: share(before.memory_full_us, now.memory_full_us)?,
+        })
+    }
 }
 
 /// A CPU quota's enforcement periods (100 ms each by default) since the cgroup was created:

@@ -10,6 +10,8 @@ use std::str::FromStr;
 pub enum VerdictKind {
     InputBoundIo,
     InputBoundCpu,
+    /// Told from memory pressure without stall tracing: the job waits on reclaim.
+    InputBoundMemory,
     /// The host side of the step, in the GPU processes themselves: copies between host and GPU,
     HostTransfers,
     /// kernel launches (many tiny kernels, issued as fast as the host thread can),
@@ -27,9 +29,10 @@ pub enum VerdictKind {
 }
 
 impl VerdictKind {
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 12] = [
         Self::InputBoundIo,
         Self::InputBoundCpu,
+        Self::InputBoundMemory,
         Self::HostTransfers,
         Self::HostLaunches,
         Self::HostCpu,
@@ -45,6 +48,7 @@ impl VerdictKind {
         match self {
             Self::InputBoundIo => "input-bound: I/O",
             Self::InputBoundCpu => "input-bound: CPU",
+            Self::InputBoundMemory => "input-bound: memory",
             Self::HostTransfers => "host-bound: transfers",
             Self::HostLaunches => "host-bound: launches",
             Self::HostCpu => "host-bound: CPU",
@@ -137,9 +141,23 @@ pub struct HostSide {
     pub pcie_bytes_per_second: Option<f64>,
 }
 
+/// What the loader and host side of a verdict were judged from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictBasis {
+    /// The stall probes (and the CUDA calls where traced).
+    StallTracing,
+    /// Without them, the cgroup's pressure stall information: a coarser verdict.
+    Pressure,
+    /// Neither: only the GPU side is measured.
+    GpuOnly,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Verdict {
     pub kind: VerdictKind,
+    /// What its loader and host side were judged from.
+    pub basis: VerdictBasis,
     pub gpu_busy_fraction: f64,
     pub gpu_idle_fraction: f64,
     /// The share of the window the trainer waited for batches while the GPU idled; `None`

@@ -300,6 +300,7 @@ fn verdict_color(kind: VerdictKind) -> Option<RGBColor> {
     match kind {
         VerdictKind::InputBoundIo => Some(RGBColor(253, 208, 162)),
         VerdictKind::InputBoundCpu => Some(RGBColor(218, 200, 240)),
+        VerdictKind::InputBoundMemory => Some(RGBColor(240, 180, 200)),
         VerdictKind::HostTransfers => Some(RGBColor(166, 206, 227)),
         VerdictKind::HostLaunches => Some(RGBColor(251, 154, 153)),
         VerdictKind::HostCpu => Some(RGBColor(202, 178, 214)),

@@ -26,8 +26,8 @@ use crate::events::{EventCounters, InternalEvent};
 use crate::heartbeat::{Heartbeat, Step};
 use crate::model::{ContainerInfo, DeviceReading, WorkloadId, WorkloadKind};
 use crate::model::{
-    CpuUsage, Gpu, GpuProcess, HostInfo, MemoryUsage, Snapshot, SourceState, Sources, Workload,
-    WorkloadGpu, WorkloadGpuShare, SCHEMA_VERSION,
+    CpuUsage, Gpu, GpuProcess, HostInfo, MemoryUsage, Pressure, PressureTotals, Snapshot,
+    SourceState, Sources, Workload, WorkloadGpu, WorkloadGpuShare, SCHEMA_VERSION,
 };
 use crate::sources::docker::DockerCache;
 use crate::sources::gpu::{GpuSource, GpuSourceConfig};
@@ -96,6 +96,7 @@ impl Default for SamplerConfig {
 struct Previous {
     cpu_seconds: Option<f64>,
     throttled_seconds: Option<f64>,
+    pressure: Option<PressureTotals>,
 }
 
 pub struct Sampler {
@@ -754,6 +755,11 @@ impl Sampler {
                                 quota_periods: u.periods_total,
                             });
                             now.throttled_seconds = u.throttled_seconds_total;
+                            now.pressure = u.pressure;
+                            w.pressure = match (prev.pressure, u.pressure, window) {
+                                (Some(a), Some(b), Some(win)) => Pressure::between(&a, &b, win),
+                                _ => None,
+                            };
                             w.memory = Some(MemoryUsage::new(
                                 u.memory_bytes,
                                 u.memory_limit_bytes,

@@ -202,9 +202,11 @@ impl View {
                 _ => v.kind.label().to_owned(),
             });
         let verdict_style = match w.verdict.as_ref().map(|v| v.kind) {
-            Some(VerdictKind::InputBoundIo | VerdictKind::InputBoundCpu) => {
-                Style::default().fg(Color::Yellow)
-            }
+            Some(
+                VerdictKind::InputBoundIo
+                | VerdictKind::InputBoundCpu
+                | VerdictKind::InputBoundMemory,
+            ) => Style::default().fg(Color::Yellow),
             Some(VerdictKind::GpuBound) => Style::default().fg(Color::Green),
             _ => Style::default(),
         };

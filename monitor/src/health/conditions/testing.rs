@@ -32,6 +32,7 @@ pub fn doctor_checks(examine: Examine, snaps: &[Snapshot]) -> Checks {
 pub fn verdict(kind: VerdictKind, advice: &str) -> Verdict {
     Verdict {
         kind,
+        basis: crate::model::VerdictBasis::StallTracing,
         gpu_busy_fraction: 0.0,
         gpu_idle_fraction: 0.0,
         input_bound_share: None,

@@ -208,9 +208,9 @@ pub(super) fn encode(enc: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), st
     family(
         enc,
         "gpuwatch_container_verdict",
-        "1 for the container's current verdict (input-bound: I/O, input-bound: CPU, host-bound: \
-         transfers, host-bound: launches, host-bound: CPU, host-bound: sync, contention, GPU-bound, \
-         low SM activity, idle, unknown).",
+        "1 for the container's current verdict (input-bound: I/O, input-bound: CPU, input-bound: \
+         memory, host-bound: transfers, host-bound: launches, host-bound: CPU, host-bound: sync, \
+         contention, GPU-bound, low SM activity, idle, unknown).",
         None,
         Gauge,
         ws.iter().filter_map(|(w, l)| {

@@ -181,6 +181,7 @@ mod tests {
         });
         w.verdict = Some(Verdict {
             kind: VerdictKind::InputBoundIo,
+            basis: crate::model::VerdictBasis::StallTracing,
             gpu_busy_fraction: 0.2,
             gpu_idle_fraction: 0.8,
             input_bound_share: Some(0.7),
