@@ -3,7 +3,8 @@ tests/gpu/docker_check.sh.
 
 gpu_bound: in-memory samples, 2 workers. io_bound: each sample is a 1 MiB O_DIRECT read of a real
 file (the check throttles the job's reads), 2 workers. cpu_bound: each sample's augmentation
-burns a CPU for ~40 ms in pure Python, 2 workers, so the loader saturates its CPUs. PHASES picks
+burns a CPU for ~40 ms in pure Python, 2 workers (WORKERS sets how many in every phase), so the
+loader saturates its CPUs. PHASES picks
 and orders them (default all three), PHASE_S their length. Per step it records t_start,
 data_wait_s (blocked in next(loader)) and compute_s, and writes them to argv[1] at the end."""
 import json
@@ -53,7 +54,7 @@ steps = []
 
 
 def run(phase):
-    dl = DataLoader(Samples(phase), batch_size=16, num_workers=2)
+    dl = DataLoader(Samples(phase), batch_size=16, num_workers=int(os.environ.get("WORKERS", "2")))
     it = iter(dl)
     print(f"phase {phase} start {time.time():.3f}", flush=True)
     t_end = time.time() + PHASE_S
