@@ -130,6 +130,91 @@ fn a_one_shot_doctor_sees_a_quota_that_throttled_workers_now_waiting() {
     );
 }
 
+#[test]
+fn doctor_checks_the_gpus_the_launch_will_use_and_calls_a_busy_one_busy() {
+    require_root();
+    // Another team's job keeps GPU 0 busy and warm; GPU 1 is free and cool.
+    let other = Container::start(&unique("cfg-other-team"), &[], "sleep 3600");
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    std::fs::write(
+        &scenario,
+        json!({"devices": [
+            {"uuid": "GPU-00000000-0000-0000-0000-0000000000b0", "temperature": 62,
+             "processes": [{"pid": other.pid, "used_memory_bytes": 20 * GIB, "sm_util": 94}]},
+            {"uuid": "GPU-00000000-0000-0000-0000-0000000000b1", "temperature": 34}]})
+        .to_string(),
+    )
+    .unwrap();
+    let doctor = |args: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = gpuwatch_on(&scenario);
+        cmd.args(["doctor", "--json", "--window", "2s"]).args(args);
+        cmd.env_remove("CUDA_VISIBLE_DEVICES")
+            .env_remove("NVIDIA_VISIBLE_DEVICES");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        let report: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        (out.status.code(), report)
+    };
+    let temperature_rows = |r: &Value| -> Vec<(String, String)> {
+        r["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["check"] == "start_temperature")
+            .map(|c| {
+                (
+                    c["subject"].as_str().unwrap().to_owned(),
+                    c["status"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    // Every GPU: the busy one is busy, with whom; it does not hold the launch.
+    let (_, all) = doctor(&[], &[]);
+    let busy = check(&all, "start_temperature", "GPU 0");
+    assert_eq!(busy["status"], "warning", "{busy:#}");
+    assert_eq!(
+        busy["value"],
+        format!("62 °C, busy 94% with {}", other.name),
+        "{busy:#}"
+    );
+    // The launch's GPU only, from --gpu or the environment CUDA reads.
+    for (args, env) in [
+        (&["--gpu", "1"][..], &[][..]),
+        (
+            &[][..],
+            &[(
+                "CUDA_VISIBLE_DEVICES",
+                "GPU-00000000-0000-0000-0000-0000000000b1",
+            )][..],
+        ),
+    ] {
+        let (_, r) = doctor(args, env);
+        assert_eq!(
+            temperature_rows(&r),
+            [("GPU 1".to_owned(), "ok".to_owned())],
+            "{args:?} {env:?}"
+        );
+        assert_eq!(check(&r, "launch_gpus", "host")["status"], "ok");
+    }
+    // A GPU the host does not have is a risk that names it.
+    let (code, r) = doctor(&["--gpu", "7"], &[]);
+    assert_eq!(code, Some(2));
+    let c = check(&r, "launch_gpus", "host");
+    assert_eq!(c["status"], "risk", "{c:#}");
+    assert!(
+        c["action"]
+            .as_str()
+            .unwrap()
+            .contains("no such GPU among the 2"),
+        "{c:#}"
+    );
+}
+
 /// A character device with NVIDIA's major, as the driver makes `/dev/nvidiaN`.
 fn gpu_node(dir: &Path, minor: u32) -> String {
     let path = dir.join(format!("nvidia{minor}"));

@@ -19,6 +19,11 @@ pub(crate) struct DoctorArgs {
     /// How long to sample (default: the config's `doctor.window`, 5 s).
     #[arg(long, value_parser = gpuwatch::units::seconds_or_duration)]
     pub(crate) window: Option<Duration>,
+    /// The GPUs the launch will use (`0,1`, UUIDs), as CUDA_VISIBLE_DEVICES lists them: the
+    /// per-GPU checks look at these only. Default: CUDA_VISIBLE_DEVICES, else
+    /// NVIDIA_VISIBLE_DEVICES, else every GPU.
+    #[arg(long, value_name = "LIST")]
+    pub(crate) gpu: Option<String>,
 }
 
 pub(crate) fn doctor(args: &DoctorArgs, config: &Config) -> Result<()> {
@@ -38,7 +43,11 @@ pub(crate) fn doctor(args: &DoctorArgs, config: &Config) -> Result<()> {
         Ok::<_, std::convert::Infallible>(())
     })
     .unwrap_or_else(|e| match e {});
-    let report = doctor::examine(&snaps, &config.doctor);
+    let launch = gpuwatch::health::conditions::launch_gpus::LaunchGpus::declared(
+        args.gpu.as_deref(),
+        |var| std::env::var(var).ok(),
+    );
+    let report = doctor::examine(&snaps, &config.doctor, launch.as_ref());
     let mut stdout = std::io::stdout().lock();
     if args.print.json() {
         serde_json::to_writer_pretty(&mut stdout, &report).context("writing JSON")?;

@@ -4,6 +4,7 @@
 use super::doctor::DoctorConfig;
 use crate::model::{Gpu, Snapshot};
 use serde::Serialize;
+use std::collections::BTreeSet;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -90,6 +91,8 @@ pub struct Window<'a> {
     pub snaps: &'a [Snapshot],
     last: &'a Snapshot,
     pub config: &'a DoctorConfig,
+    /// The GPUs the launch will use; `None`: all of them.
+    launch: Option<BTreeSet<u32>>,
 }
 
 impl<'a> Window<'a> {
@@ -99,7 +102,14 @@ impl<'a> Window<'a> {
             snaps,
             last: snaps.last()?,
             config,
+            launch: None,
         })
+    }
+
+    /// The per-GPU checks look at these GPUs only.
+    pub fn for_launch_on(mut self, gpus: BTreeSet<u32>) -> Self {
+        self.launch = Some(gpus);
+        self
     }
 
     /// The latest snapshot.
@@ -107,9 +117,18 @@ impl<'a> Window<'a> {
         self.last
     }
 
-    /// The GPUs of the latest snapshot whose readings can be read (not lost).
-    pub fn readable_gpus(&self) -> impl Iterator<Item = &'a Gpu> {
-        self.last().gpus.iter().filter(|g| !g.device.lost)
+    /// The GPUs of the latest snapshot the launch will use (all without a selection).
+    pub fn gpus(&self) -> impl Iterator<Item = &'a Gpu> + '_ {
+        self.last().gpus.iter().filter(|g| {
+            self.launch
+                .as_ref()
+                .is_none_or(|l| l.contains(&g.device.index))
+        })
+    }
+
+    /// Those of them whose readings can be read (not lost).
+    pub fn readable_gpus(&self) -> impl Iterator<Item = &'a Gpu> + '_ {
+        self.gpus().filter(|g| !g.device.lost)
     }
 
     /// GPU `index` in every snapshot that has it, oldest first.

@@ -6,8 +6,8 @@
 use super::check::{Check, Checks, Examine, Status, Window};
 use super::conditions::{
     container_config, container_memory, ddp_environment, ghost_process, gpu_ecc_errors, gpu_lost,
-    gpu_memory_high, gpu_temperature_high, gpu_xid_errors, host_namespaces, nvml_latency,
-    persistence_mode, sources, start_temperature, throttling,
+    gpu_memory_high, gpu_temperature_high, gpu_xid_errors, host_namespaces, launch_gpus,
+    nvml_latency, persistence_mode, sources, start_temperature, throttling,
 };
 use crate::field_error::FieldError;
 use crate::model::Snapshot;
@@ -137,10 +137,14 @@ pub struct Report {
     pub checks: Vec<Check>,
 }
 
-/// Runs every check over `snaps`, oldest first. No snapshot at all is a risk: nothing could be
-/// checked.
-pub fn examine(snaps: &[Snapshot], config: &DoctorConfig) -> Report {
-    let Some(window) = Window::new(snaps, config) else {
+/// Runs every check over `snaps`, oldest first, the per-GPU ones on the GPUs `launch` names
+/// (all without one). No snapshot at all is a risk: nothing could be checked.
+pub fn examine(
+    snaps: &[Snapshot],
+    config: &DoctorConfig,
+    launch: Option<&launch_gpus::LaunchGpus>,
+) -> Report {
+    let Some(mut window) = Window::new(snaps, config) else {
         return Report {
             status: Status::Risk,
             window_seconds: 0.0,
@@ -149,6 +153,11 @@ pub fn examine(snaps: &[Snapshot], config: &DoctorConfig) -> Report {
         };
     };
     let mut checks = Checks::default();
+    if let Some(l) = launch {
+        let gpus = &window.last().gpus;
+        launch_gpus::examine(l, gpus, &mut checks);
+        window = window.for_launch_on(l.resolve(gpus).0);
+    }
     for (_, examine) in CHECKS {
         examine(&window, &mut checks);
     }
@@ -201,7 +210,7 @@ mod tests {
         for name in names.iter().chain(crate::health::rules::RULE_NAMES) {
             assert!(listed.contains(name), "docs/config.md does not list {name}");
         }
-        let r = examine(&sick_window(), &DoctorConfig::default());
+        let r = examine(&sick_window(), &DoctorConfig::default(), None);
         assert!(r.checks.len() >= 10, "{:#?}", r.checks);
         for c in &r.checks {
             assert!(names.contains(&c.check), "{} is not registered", c.check);
@@ -217,7 +226,7 @@ mod tests {
         let snaps: Vec<_> = (0..5)
             .map(|i| snapshot(i * 1000, vec![g.clone()], vec![]))
             .collect();
-        let r = examine(&snaps, &DoctorConfig::default());
+        let r = examine(&snaps, &DoctorConfig::default(), None);
         assert_eq!(r.status, Status::Ok, "{:#?}", r.checks);
         assert!(r.checks.iter().any(|c| c.check == "gpu_ecc_errors"));
         assert!(r.checks.iter().all(|c| c.action.is_empty()));
@@ -232,7 +241,7 @@ mod tests {
             s.sources.nvml = nvml;
             s.sources.docker = SourceState::down("disabled");
             s.sources.ebpf = SourceState::down("disabled");
-            let r = examine(&[s.clone(), s], &DoctorConfig::default());
+            let r = examine(&[s.clone(), s], &DoctorConfig::default(), None);
             (
                 r.status,
                 r.checks.iter().map(|c| c.check).collect::<Vec<_>>(),
@@ -245,7 +254,7 @@ mod tests {
         );
         let mut s = snapshot(0, vec![gpu(0)], vec![]);
         s.host.blind_spots = vec![BlindSpot::PrivatePidNamespace];
-        let r = examine(&[s.clone(), s], &DoctorConfig::default());
+        let r = examine(&[s.clone(), s], &DoctorConfig::default(), None);
         let c = r
             .checks
             .iter()
@@ -289,7 +298,7 @@ mod tests {
     #[test]
     fn the_articles_risks_are_risks() {
         let snaps = sick_window();
-        let r = examine(&snaps, &DoctorConfig::default());
+        let r = examine(&snaps, &DoctorConfig::default(), None);
         let s = statuses(&r);
         assert_eq!(r.status, Status::Risk);
         for key in [
@@ -317,7 +326,7 @@ mod tests {
                 snapshot(i * 1000, vec![g], vec![])
             })
             .collect();
-        let r = examine(&snaps, &DoctorConfig::default());
+        let r = examine(&snaps, &DoctorConfig::default(), None);
         assert_eq!(statuses(&r)[&("gpu_memory_high", "GPU 0")], Status::Warning);
     }
 }

@@ -78,6 +78,31 @@ pub struct GpuClaim {
 /// Reads an `NVIDIA_VISIBLE_DEVICES` value: `all`, `none`, `void`, empty, or a comma-separated
 /// list of indices, UUIDs, `<gpu>:<mig>` pairs and MIG UUIDs. Anything else is
 /// [`ClaimedDevices::Unparsed`], with the offending entry named.
+impl DeviceRef {
+    /// The NVML index of the GPU this names among `gpus`, or why none.
+    pub fn find(&self, gpus: &[super::Gpu]) -> Result<u32, String> {
+        let by =
+            |f: &dyn Fn(&super::Gpu) -> bool| gpus.iter().find(|g| f(g)).map(|g| g.device.index);
+        let found = match self {
+            DeviceRef::Index(i) => by(&|g| g.device.index == *i),
+            DeviceRef::Uuid(u) => by(&|g| {
+                g.device
+                    .uuid
+                    .as_deref()
+                    .is_some_and(|v| v.eq_ignore_ascii_case(u))
+            }),
+            DeviceRef::Minor(m) => by(&|g| g.device.minor_number == Some(*m)),
+            DeviceRef::MigIndex(..) | DeviceRef::MigUuid(_) => {
+                return Err("a MIG instance (gpuwatch does not enumerate MIG instances)".into())
+            }
+        };
+        found.ok_or_else(|| match gpus.len() {
+            0 => "NVML lists no GPU".to_owned(),
+            n => format!("no such GPU among the {n} NVML lists"),
+        })
+    }
+}
+
 pub fn parse_visible_devices(text: &str) -> ClaimedDevices {
     let t = text.trim();
     match t.to_ascii_lowercase().as_str() {

@@ -2,8 +2,8 @@
 //! the Docker cache), its main process's `/proc` entries (`mountinfo`, `limits`, `root/dev/shm`),
 //! its GPU processes' `status`, and what the cgroup and the probes measured in the window.
 use crate::model::{
-    AllocatedGpu, ClaimedDevices, ContainerConfig, ContainerInfo, CpuLimit, DeviceRef, Gpu,
-    GpuAllocation, GpuClaim, Memlock, MemoryLimit, ProcessRole, ResolvedClaim, ShmUse, Workload,
+    AllocatedGpu, ClaimedDevices, ContainerConfig, ContainerInfo, CpuLimit, Gpu, GpuAllocation,
+    GpuClaim, Memlock, MemoryLimit, ProcessRole, ResolvedClaim, ShmUse, Workload,
 };
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -298,7 +298,7 @@ fn resolve(c: &GpuClaim, gpus: &[Gpu]) -> ResolvedClaim {
         }
         ClaimedDevices::List(refs) => {
             for r in refs {
-                match find(gpus, r) {
+                match r.find(gpus) {
                     Ok(index) if !out.gpus.contains(&index) => out.gpus.push(index),
                     Ok(_) => {}
                     Err(why) => out.unresolved.push(format!("{r}: {why}")),
@@ -309,32 +309,11 @@ fn resolve(c: &GpuClaim, gpus: &[Gpu]) -> ResolvedClaim {
     out
 }
 
-fn find(gpus: &[Gpu], r: &DeviceRef) -> Result<u32, String> {
-    let by = |f: &dyn Fn(&Gpu) -> bool| gpus.iter().find(|g| f(g)).map(|g| g.device.index);
-    let found = match r {
-        DeviceRef::Index(i) => by(&|g| g.device.index == *i),
-        DeviceRef::Uuid(u) => by(&|g| {
-            g.device
-                .uuid
-                .as_deref()
-                .is_some_and(|v| v.eq_ignore_ascii_case(u))
-        }),
-        DeviceRef::Minor(m) => by(&|g| g.device.minor_number == Some(*m)),
-        DeviceRef::MigIndex(..) | DeviceRef::MigUuid(_) => {
-            return Err("a MIG instance (gpuwatch does not enumerate MIG instances)".into())
-        }
-    };
-    found.ok_or_else(|| match gpus.len() {
-        0 => "NVML lists no GPU".to_owned(),
-        n => format!("no such GPU among the {n} NVML lists"),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::test_support::{container, gpu};
-    use crate::model::{ClaimVia, WorkloadGpuShare};
+    use crate::model::{ClaimVia, DeviceRef, WorkloadGpuShare};
 
     fn claim(devices: ClaimedDevices, applied: bool) -> GpuClaim {
         GpuClaim {

@@ -40,7 +40,7 @@ impl Rule for Config {
 
 /// Doctor: a lost GPU is a risk (a present one is no row of its own).
 pub fn examine(window: &Window<'_>, out: &mut Checks) {
-    for g in window.last().gpus.iter().filter(|g| g.device.lost) {
+    for g in window.gpus().filter(|g| g.device.lost) {
         out.add(
             NAME,
             gpu_subject(g),

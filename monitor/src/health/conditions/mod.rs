@@ -14,6 +14,7 @@ pub mod gpu_temperature_high;
 pub mod gpu_underutilized;
 pub mod gpu_xid_errors;
 pub mod host_namespaces;
+pub mod launch_gpus;
 pub mod memory_leak;
 pub mod nvml_latency;
 pub mod persistence_mode;
