@@ -215,6 +215,49 @@ fn doctor_checks_the_gpus_the_launch_will_use_and_calls_a_busy_one_busy() {
     );
 }
 
+#[test]
+fn a_page_cache_that_fills_is_not_the_containers_memory() {
+    require_root();
+    // A loader reading its 96 MiB dataset with ordinary reads, over and over: the page cache
+    // charged to the container fills; the job's own memory stays small.
+    let job = Container::start_with(
+        &unique("cfg-cache"),
+        &[],
+        &["--memory", "512m"],
+        "dd if=/dev/urandom of=/tmp/data bs=1M count=96 2>/dev/null; \
+         while :; do cat /tmp/data > /dev/null; done",
+    );
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    std::fs::write(
+        &scenario,
+        json!({"devices": [{"uuid": "GPU-00000000-0000-0000-0000-00000000c0f2",
+            "processes": [{"pid": job.pid, "used_memory_bytes": GIB, "sm_util": 50}]}]})
+        .to_string(),
+    )
+    .unwrap();
+    // Thresholds the cache passes: 32 MiB ok, 64 MiB risk.
+    let config = dir.path().join("gpuwatch.yaml");
+    std::fs::write(
+        &config,
+        "doctor:\n  container_memory_ok: 32MiB\n  container_memory_risk: 64MiB\n",
+    )
+    .unwrap();
+    let out = gpuwatch_on(&scenario)
+        .arg("-c")
+        .arg(&config)
+        .args(["doctor", "--json", "--window", "3s"])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let c = check(&report, "container_memory", &job.name);
+    assert_eq!(c["status"], "ok", "{c:#}");
+    let value = c["value"].as_str().unwrap();
+    assert!(value.contains(" own (page cache "), "{c:#}");
+}
+
 /// A character device with NVIDIA's major, as the driver makes `/dev/nvidiaN`.
 fn gpu_node(dir: &Path, minor: u32) -> String {
     let path = dir.join(format!("nvidia{minor}"));
