@@ -14,8 +14,9 @@ fn gpuwatch(args: &[&str]) -> (bool, String, String) {
     )
 }
 
-const COMMANDS: [&str; 11] = [
+const COMMANDS: [&str; 12] = [
     "snapshot",
+    "why",
     "record",
     "doctor",
     "watch",
@@ -118,6 +119,14 @@ fn bare_gpuwatch_is_a_snapshot_and_bare_numbers_are_seconds() {
             .output()
             .unwrap()
     };
+    // No arguments at all: a snapshot, its table on stdout.
+    let bare = run(&[]);
+    assert!(
+        bare.status.success(),
+        "{}",
+        String::from_utf8_lossy(&bare.stderr)
+    );
+    assert!(String::from_utf8_lossy(&bare.stdout).contains("VERDICT"));
     // Global flags only: still a snapshot, its table on stdout.
     let bare = run(&["--log", "error"]);
     let table = String::from_utf8_lossy(&bare.stdout);
@@ -172,14 +181,12 @@ fn bare_gpuwatch_is_a_snapshot_and_bare_numbers_are_seconds() {
     }
 }
 
-/// `snapshot -l SECONDS` prints again every interval until SIGTERM, as `nvidia-smi -l` does,
-/// and ends with status 0; each print is a whole snapshot, the later ones covering about the
-/// interval.
-#[test]
-fn snapshot_loop_prints_every_interval_until_stopped() {
+/// `gpuwatch ARGS` for 2 s, then SIGTERM: its status and stdout.
+fn for_two_seconds(args: &[&str]) -> (std::process::ExitStatus, String) {
     let child = Command::new(support::gpuwatch_bin())
-        .args(["snapshot", "--json", "--window", "0.3", "-l", "0.4"])
+        .args(args)
         .args(["--no-nvml", "--no-docker", "--no-ebpf"])
+        .env("NO_COLOR", "1")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -188,12 +195,26 @@ fn snapshot_loop_prints_every_interval_until_stopped() {
     // SAFETY: kill(2) on our own child.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{:?}", out.status);
-    let text = String::from_utf8_lossy(&out.stdout);
-    let docs: Vec<serde_json::Value> = serde_json::Deserializer::from_str(&text)
-        .into_iter()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// `snapshot -l SECONDS` prints again every interval until SIGTERM, as `nvidia-smi -l` does,
+/// and ends with status 0; each print is a whole snapshot, the later ones covering about the
+/// interval: JSON one line each (JSON Lines), a table after a line with its time. Bare
+/// `gpuwatch -l 0.4` is the same, as `nvidia-smi -l 1` is.
+#[test]
+fn snapshot_loop_prints_every_interval_until_stopped() {
+    let (status, text) = for_two_seconds(&["snapshot", "--json", "--window", "0.3", "-l", "0.4"]);
+    assert!(status.success(), "{status:?}");
+    let docs: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: a line is a document: {l}"))
+        })
+        .collect();
     assert!(
         (3..=6).contains(&docs.len()),
         "{} snapshots in 2 s",
@@ -206,6 +227,16 @@ fn snapshot_loop_prints_every_interval_until_stopped() {
             "a later window covers the interval: {w}"
         );
     }
+    let (status, text) = for_two_seconds(&["-l", "0.4", "--window", "0.3"]);
+    assert!(status.success(), "{status:?}");
+    let frames: Vec<&str> = text.split("KIND ").collect();
+    assert!((4..=7).contains(&frames.len()), "{text}");
+    // Each table after its time: an RFC 3339 line ending the frame before.
+    let stamps = text
+        .lines()
+        .filter(|l| l.starts_with("20") && l.ends_with('Z') && l.contains('T'))
+        .count();
+    assert_eq!(stamps, frames.len() - 1, "{text}");
 }
 
 /// `--version` names the release, the git revision and the build date.

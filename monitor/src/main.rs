@@ -17,21 +17,47 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// The command line; bare `gpuwatch` (global flags at most) is `gpuwatch snapshot`, as bare
-/// `nvidia-smi` prints its table. A usage error exits [`cli::EXIT_USAGE`], apart from doctor's
-/// "at risk" (2) and a failure (1).
+/// The command line; `gpuwatch` without a command is `gpuwatch snapshot`, as bare `nvidia-smi`
+/// prints its table: `gpuwatch`, `gpuwatch -l 1`, `gpuwatch --json`. A usage error exits
+/// [`cli::EXIT_USAGE`], apart from doctor's "at risk" (2) and a failure (1).
 fn parse() -> Cli {
-    match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) if e.kind() == clap::error::ErrorKind::MissingSubcommand => {
-            Cli::parse_from(std::env::args_os().chain(["snapshot".into()]))
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let e = match Cli::try_parse_from(&args) {
+        Ok(cli) => return cli,
+        Err(e) => e,
+    };
+    if names_no_command(&e, &args) {
+        let mut with = args.clone();
+        with.insert(1.min(with.len()), "snapshot".into());
+        if let Ok(cli) = Cli::try_parse_from(&with) {
+            return cli;
         }
-        Err(e) if e.use_stderr() => {
-            let _ = e.print();
-            std::process::exit(cli::EXIT_USAGE.into());
-        }
-        Err(e) => e.exit(),
     }
+    if e.use_stderr() {
+        let _ = e.print();
+        std::process::exit(cli::EXIT_USAGE.into());
+    }
+    e.exit()
+}
+
+/// Whether the arguments failed to parse for want of a command: none given, or flags that are
+/// `snapshot`'s (`-l 1`) with no command before them.
+fn names_no_command(e: &clap::Error, args: &[std::ffi::OsString]) -> bool {
+    use clap::error::ErrorKind;
+    let missing = matches!(
+        e.kind(),
+        ErrorKind::MissingSubcommand
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            | ErrorKind::UnknownArgument
+    );
+    use clap::CommandFactory;
+    let command = Cli::command();
+    let named = args.iter().skip(1).any(|a| {
+        command
+            .get_subcommands()
+            .any(|c| a.to_str() == Some(c.get_name()))
+    });
+    missing && !named
 }
 
 fn run() -> Result<()> {
@@ -71,6 +97,7 @@ fn run() -> Result<()> {
     };
     match cli.command {
         Command::Snapshot(args) => cli::snapshot::snapshot(&args, &config),
+        Command::Why(args) => cli::snapshot::why(&args, &config),
         Command::Record(args) => cli::record::record(&args, &config),
         Command::Doctor(args) => cli::doctor::doctor(&args, &config),
         Command::Watch(args) => cli::watch::watch(&args, &config),

@@ -334,7 +334,7 @@ fn the_smaller_holder_of_a_shared_gpu_is_told_contention_by_name() {
     let small = Container::start(
         &unique("contend-small"),
         &[],
-        "while :; do i=0; while [ $i -lt 2000 ]; do i=$((i+1)); done; usleep 30000; done",
+        "while :; do i=0; while [ $i -lt 5000 ]; do i=$((i+1)); done; usleep 20000; done",
     );
     let scenario = json!({"devices": [{"uuid": "GPU-contended", "processes": [
         {"pid": big.pid, "used_memory_bytes": GIB, "sm_util": 70},
@@ -349,6 +349,7 @@ fn the_smaller_holder_of_a_shared_gpu_is_told_contention_by_name() {
         let w = |c: &Container| workload(&run.json, &format!("docker:{}", c.id)).clone();
         let (b, s) = (w(&big), w(&small));
         let part = |w: &Value| w["gpu"]["per_gpu"][0]["busy_fraction"].as_f64().unwrap();
+        eprintln!("{extra:?}: parts {} + {} of {device}", part(&b), part(&s));
         assert!(
             (part(&b) + part(&s) - device).abs() < 1e-9,
             "{} + {} != {device}",
@@ -366,6 +367,40 @@ fn the_smaller_holder_of_a_shared_gpu_is_told_contention_by_name() {
         // The big one ran more than the others on its GPU: not contention.
         assert_ne!(b["verdict"]["kind"], "contention", "{:#}", b["verdict"]);
     }
+    // The same in words, as a user reads it: `why NAME`, and below the table with -v.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("scenario.json");
+    std::fs::write(&path, scenario.to_string()).unwrap();
+    let out = gpuwatch_on(&path)
+        .args(["why", &small.name, "--window", "2s"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let first = text.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with(&format!("{}: contention (GPU 0, busy ", small.name)),
+        "{text}"
+    );
+    assert!(text.contains("  evidence:\n    - GPU busy"), "{text}");
+    assert!(text.contains("  advice: Other workloads ("), "{text}");
+    assert!(
+        !text.contains(&format!("{}:", big.name)),
+        "only the one asked for: {text}"
+    );
+    let out = gpuwatch_on(&path)
+        .args(["snapshot", "-v", "--window", "1s"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("VERDICT") && text.contains("  advice: "),
+        "{text}"
+    );
 }
 
 /// A tenant's label reaches every output escaped: a compose service that holds a terminal

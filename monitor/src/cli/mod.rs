@@ -67,6 +67,9 @@ pub(crate) enum LogFormat {
 pub(crate) enum Command {
     /// Sample the host over one window and print every running container and GPU.
     Snapshot(SnapshotArgs),
+    /// Why each container's GPU idles, in words: its verdict, the evidence and the advice,
+    /// over one window (default 3 s).
+    Why(snapshot::WhyArgs),
     /// Record a sample every interval to CSV or JSON Lines, until --duration or Ctrl-C/SIGTERM.
     Record(RecordArgs),
     /// Check the host and every GPU container against the health checklist; exits 2 when

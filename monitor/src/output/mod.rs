@@ -6,6 +6,7 @@ pub mod prometheus;
 pub mod published;
 pub mod report;
 pub mod table;
+pub mod why;
 
 /// Escapes text for HTML element content.
 pub fn html_escape(t: &str) -> String {
