@@ -9,6 +9,7 @@
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 pub mod analysis;
+pub mod bounded;
 pub mod caps;
 pub mod cgroup;
 pub mod config;

@@ -863,3 +863,113 @@ fn clients_that_stop_reading_their_response_are_closed() {
     let (status, _) = get(&format!("{addr}/metrics"));
     assert_eq!(status, 200);
 }
+
+/// A container created through Docker's API (the command line cannot pass an argument of a
+/// megabyte) with `labels`, started; removed on drop.
+fn container_with_labels(name: &str, labels: &Value) -> Container {
+    use std::io::{Read, Write};
+    ensure_image();
+    let _ = Command::new("docker").args(["rm", "-f", name]).output();
+    let body =
+        json!({"Image": "gpuwatch-test/busybox:1", "Cmd": ["sleep", "3600"], "Labels": labels})
+            .to_string();
+    let mut s = std::os::unix::net::UnixStream::connect("/var/run/docker.sock").unwrap();
+    write!(
+        s,
+        "POST /containers/create?name={name} HTTP/1.1\r\nHost: docker\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    assert!(reply.starts_with("HTTP/1.1 201"), "{reply}");
+    let id = docker(&["start", name]);
+    let id = docker(&["inspect", "-f", "{{.Id}}", &id]);
+    let pid = docker(&["inspect", "-f", "{{.State.Pid}}", &id])
+        .parse()
+        .unwrap();
+    Container {
+        id,
+        name: name.to_owned(),
+        pid,
+    }
+}
+
+/// A tenant's label of a megabyte is cut wherever it is shown or stored — the table, the JSON,
+/// a recording, `/metrics`, alerts — and served whole for its container alone.
+#[test]
+fn a_megabyte_label_is_cut_everywhere_and_whole_for_its_container() {
+    require_root();
+    let service = "s".repeat(1 << 20);
+    let c = container_with_labels(
+        &unique("huge-label"),
+        &json!({"com.docker.compose.service": service, "com.docker.compose.project": "p".repeat(1 << 20)}),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    std::fs::write(
+        &scenario,
+        json!({"devices": [{"uuid": "GPU-huge", "processes": [
+            {"pid": c.pid, "used_memory_bytes": 1u64 << 30, "sm_util": 5}]}]})
+        .to_string(),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let out = gpuwatch_on(&scenario).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let longest = |t: &str| t.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    let table = run(&["snapshot", "--window", "1s", "--no-ebpf"]);
+    assert!(longest(&table) < 1000, "a table row of {}", longest(&table));
+    let json = run(&["snapshot", "--json", "--window", "1s", "--no-ebpf"]);
+    assert!(
+        json.len() < 64 << 10,
+        "the snapshot's JSON is {} bytes",
+        json.len()
+    );
+    let snap: Value = serde_json::from_str(&json).unwrap();
+    let w = workload(&snap, &format!("docker:{}", c.id));
+    let cut = w["container"]["compose_service"].as_str().unwrap();
+    assert_eq!(cut.chars().count(), 1024);
+    assert!(cut.ends_with('…'));
+    let csv = dir.path().join("rec.csv");
+    run(&[
+        "record",
+        "--interval",
+        "1s",
+        "--duration",
+        "2s",
+        "--no-ebpf",
+        "-o",
+        csv.to_str().unwrap(),
+    ]);
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert!(longest(&text) < 4096, "a CSV row of {}", longest(&text));
+
+    let (_agent, url) = serve(&scenario, &["--no-ebpf"]);
+    let metrics = loop {
+        let (_, m) = get(&format!("{url}/metrics"));
+        if m.contains("GPU-huge") && m.contains("gpuwatch_container_gpu_busy") {
+            break m;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert!(
+        metrics.len() < 256 << 10,
+        "/metrics is {} bytes",
+        metrics.len()
+    );
+    let (status, one) = get(&format!("{url}/api/v1/containers/{}", &c.id[..12]));
+    assert_eq!(status, 200, "{one}");
+    let one: Value = serde_json::from_str(&one).unwrap();
+    assert_eq!(
+        one["whole"]["compose_service"].as_str().unwrap().len(),
+        1 << 20
+    );
+    assert_eq!(one["container"]["id"], format!("docker:{}", c.id));
+}

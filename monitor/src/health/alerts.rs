@@ -5,10 +5,14 @@
 //! back is reported, not silently lost.
 use super::rule::{Evaluation, Outcome, Severity, Subject};
 use super::rules::{Rules, RulesConfig};
+use crate::bounded::bounded;
 use crate::model::Snapshot;
 use crate::units::rfc3339;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
+
+/// The most characters of an alert's summary and action.
+const ALERT_TEXT_MAX_CHARS: usize = 1024;
 
 /// The config file's `alerts:` section: the rules and how often they may notify.
 #[derive(Clone, Debug, Deserialize)]
@@ -142,8 +146,10 @@ impl AlertEngine {
                             since_ms: now,
                         });
                     t.alert.value = f.value;
-                    t.alert.summary.clone_from(&f.summary);
-                    t.alert.action.clone_from(&f.action);
+                    // They quote tenants' names: bounded, as every sink repeats them. (The
+                    // subject is an id, which Docker makes.)
+                    t.alert.summary = bounded(&f.summary, ALERT_TEXT_MAX_CHARS).into_owned();
+                    t.alert.action = bounded(&f.action, ALERT_TEXT_MAX_CHARS).into_owned();
                     t.alert.subject = e.subject;
                     let held = now.saturating_sub(t.since_ms);
                     if t.alert.state == AlertState::Pending && held >= e.for_.as_millis() as u64 {

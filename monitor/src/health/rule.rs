@@ -92,6 +92,14 @@ pub struct Subject {
     pub pid: Option<u32>,
 }
 
+/// A tenant's name, image or service as an alert carries it: every sink repeats it.
+fn named(s: &str) -> String {
+    crate::bounded::bounded(s, NAME_MAX_CHARS).into_owned()
+}
+
+/// The most characters of a name in an alert's subject.
+const NAME_MAX_CHARS: usize = 256;
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct GpuRef {
     pub index: u32,
@@ -125,15 +133,19 @@ impl ContainerRef {
     pub fn of(w: &Workload) -> Self {
         Self {
             workload: w.id.clone(),
-            name: w.name.clone(),
+            name: named(&w.name),
             id: w.container.as_ref().map(|c| c.id.clone()),
-            image: w.container.as_ref().map(|c| c.image.clone()),
-            compose_service: w.container.as_ref().and_then(|c| c.compose_service.clone()),
+            image: w.container.as_ref().map(|c| named(&c.image)),
+            compose_service: w
+                .container
+                .as_ref()
+                .and_then(|c| c.compose_service.as_deref())
+                .map(named),
             pod: w
                 .container
                 .as_ref()
                 .and_then(|c| c.kubernetes.as_ref())
-                .map(ToString::to_string),
+                .map(|k| named(&k.to_string())),
         }
     }
 }

@@ -331,7 +331,9 @@ pub struct GpuProcess {
 pub struct Workload {
     pub id: WorkloadId,
     pub kind: WorkloadKind,
-    /// A human name: the container name, the unit, the cgroup path, or `host`.
+    /// A human name: the container name, the unit, the cgroup path, or `host` (cut to
+    /// [`crate::bounded::JSON_MAX_CHARS`] in the JSON).
+    #[serde(serialize_with = "crate::bounded::json")]
     pub name: String,
     /// The container, shared with the Docker cache: its JSON leaves out the PID and labels.
     pub container: Option<Arc<ContainerInfo>>,

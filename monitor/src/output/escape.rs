@@ -24,21 +24,7 @@ pub fn terminal(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// A tenant string cut to at most `max` characters, the last of them an ellipsis when cut: a
-/// label of a megabyte would otherwise widen every table row past what a terminal (or Rust's
-/// formatter, at 65,535) takes, and repeat in every series of `/metrics`.
-pub fn bounded(s: &str, max: usize) -> Cow<'_, str> {
-    match s.char_indices().nth(max) {
-        None => Cow::Borrowed(s),
-        Some(_) => {
-            let cut = s
-                .char_indices()
-                .nth(max.saturating_sub(1))
-                .map_or(0, |(i, _)| i);
-            Cow::Owned(format!("{}…", &s[..cut]))
-        }
-    }
-}
+pub use crate::bounded::bounded;
 
 /// For a Markdown table cell: the terminal escapes, then the characters Markdown or the HTML
 /// inside it would act on (`|`, `` ` ``, `*`, `_`, `[`, `]`, `<`, `>`, `&`, `#`) escaped.

@@ -1,6 +1,7 @@
 //! Writing a CSV recording: the header once, then per snapshot one row per GPU and per
 //! workload, and one per alert transition (firing or resolved) stamped with that snapshot.
 use super::row::{Record, Row};
+use crate::bounded::bounded;
 use crate::health::alerts::Alert;
 use crate::model::{Gpu, Snapshot, Workload};
 use std::io::Write;
@@ -90,14 +91,15 @@ fn workload_row(s: &Snapshot, w: &Workload) -> Row {
     Row {
         gpu_index: w.gpu.per_gpu.iter().map(|g| g.index).collect(),
         workload_id: w.id.to_string(),
-        workload_name: w.name.clone(),
-        image: c.map(|c| c.image.clone()).unwrap_or_default(),
+        workload_name: cell(&w.name),
+        image: c.map(|c| cell(&c.image)).unwrap_or_default(),
         compose_service: c
-            .and_then(|c| c.compose_service.clone())
+            .and_then(|c| c.compose_service.as_deref())
+            .map(cell)
             .unwrap_or_default(),
         pod: c
             .and_then(|c| c.kubernetes.as_ref())
-            .map(ToString::to_string)
+            .map(|k| cell(&k.to_string()))
             .unwrap_or_default(),
         gpu_memory_bytes: Some(w.gpu.memory_bytes as f64),
         gpu_busy_fraction: w.gpu.busy_fraction,
@@ -136,12 +138,21 @@ fn alert_row(s: &Snapshot, a: &Alert) -> Row {
         pod: c.and_then(|c| c.pod.clone()).unwrap_or_default(),
         alert_rule: a.rule.to_owned(),
         alert_state: Some(a.state),
-        alert_summary: a.summary.clone(),
+        alert_summary: bounded(&a.summary, SUMMARY_MAX_CHARS).into_owned(),
         ..stamped(s, Record::Alert)
     }
 }
 
 /// The snake_case name serde gives a unit variant (what the JSON says too).
+/// The most characters of a tenant's name, image, service or pod in a cell, and of an alert's
+/// summary (which quotes them): every row repeats them.
+const CELL_MAX_CHARS: usize = 256;
+const SUMMARY_MAX_CHARS: usize = 1024;
+
+fn cell(s: &str) -> String {
+    bounded(s, CELL_MAX_CHARS).into_owned()
+}
+
 fn serde_label<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_value(v)
         .ok()

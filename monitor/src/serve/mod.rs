@@ -336,8 +336,46 @@ fn route(site: &Site, req: &Request<Incoming>) -> Response<Full<Bytes>> {
             "alerts": e.alerts,
         })),
         "/api/v1/snapshot" => json(&e.snapshot),
-        _ => respond(StatusCode::NOT_FOUND, "text/plain", "Not found\n"),
+        _ => match path.strip_prefix("/api/v1/containers/") {
+            Some(id) => one_container(&e.snapshot, id),
+            None => respond(StatusCode::NOT_FOUND, "text/plain", "Not found\n"),
+        },
     }
+}
+
+/// One workload by its container id (or a prefix of 12 characters or more, as `docker ps`
+/// prints it) or its workload id, with its tenant strings whole: everywhere else they are cut
+/// (see [`crate::bounded`]).
+fn one_container(snap: &crate::model::Snapshot, id: &str) -> Response<Full<Bytes>> {
+    let found = snap.workloads.iter().find(|w| {
+        w.id.to_string() == id
+            || w.container
+                .as_ref()
+                .is_some_and(|c| c.id == id || (id.len() >= 12 && c.id.starts_with(id)))
+    });
+    let Some(w) = found else {
+        return respond(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "No such container in the last round\n",
+        );
+    };
+    let c = w.container.as_deref();
+    json(&serde_json::json!({
+        "taken_at": snap.taken_at,
+        "container": w,
+        "whole": {
+            "name": w.name,
+            "image": c.map(|c| &c.image),
+            "compose_project": c.and_then(|c| c.compose_project.as_ref()),
+            "compose_service": c.and_then(|c| c.compose_service.as_ref()),
+            "pod": c.and_then(|c| c.kubernetes.as_ref()).map(|k| serde_json::json!({
+                "namespace": k.namespace,
+                "pod": k.pod,
+                "container": k.container,
+            })),
+        },
+    }))
 }
 
 /// Ready once a round is published, and while the newest is younger than `stale_after`.
