@@ -9,7 +9,6 @@
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 pub mod analysis;
-pub mod bounded;
 pub mod caps;
 pub mod cgroup;
 pub mod config;

@@ -5,7 +5,7 @@
 //! back is reported, not silently lost.
 use super::rule::{Evaluation, Outcome, Severity, Subject};
 use super::rules::{Rules, RulesConfig};
-use crate::bounded::bounded;
+use crate::model::bounded::bounded;
 use crate::model::Snapshot;
 use crate::units::rfc3339;
 use serde::{Deserialize, Serialize};

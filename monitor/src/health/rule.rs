@@ -94,7 +94,7 @@ pub struct Subject {
 
 /// A tenant's name, image or service as an alert carries it: every sink repeats it.
 fn named(s: &str) -> String {
-    crate::bounded::bounded(s, NAME_MAX_CHARS).into_owned()
+    crate::model::bounded::bounded(s, NAME_MAX_CHARS).into_owned()
 }
 
 /// The most characters of a name in an alert's subject.

@@ -19,12 +19,12 @@ pub struct GpuDeviceRequest {
 /// `io.kubernetes.container.name`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct KubernetesPod {
-    #[serde(serialize_with = "crate::bounded::json")]
+    #[serde(serialize_with = "crate::model::bounded::json")]
     pub namespace: String,
-    #[serde(serialize_with = "crate::bounded::json")]
+    #[serde(serialize_with = "crate::model::bounded::json")]
     pub pod: String,
     /// The container's name in the pod spec; absent on the pod's sandbox (`POD`) container.
-    #[serde(serialize_with = "crate::bounded::json_opt")]
+    #[serde(serialize_with = "crate::model::bounded::json_opt")]
     pub container: Option<String>,
     /// The pod's uid (`io.kubernetes.pod.uid`), which its cgroup path carries.
     #[serde(skip)]
@@ -82,14 +82,14 @@ pub struct ContainerInfo {
     pub id: String,
     /// Docker, or Podman answering Docker's API.
     pub engine: Engine,
-    /// The tenant's strings are cut to [`crate::bounded::JSON_MAX_CHARS`] in the JSON.
-    #[serde(serialize_with = "crate::bounded::json")]
+    /// The tenant's strings are cut to [`crate::model::bounded::JSON_MAX_CHARS`] in the JSON.
+    #[serde(serialize_with = "crate::model::bounded::json")]
     pub name: String,
-    #[serde(serialize_with = "crate::bounded::json")]
+    #[serde(serialize_with = "crate::model::bounded::json")]
     pub image: String,
-    #[serde(serialize_with = "crate::bounded::json_opt")]
+    #[serde(serialize_with = "crate::model::bounded::json_opt")]
     pub compose_project: Option<String>,
-    #[serde(serialize_with = "crate::bounded::json_opt")]
+    #[serde(serialize_with = "crate::model::bounded::json_opt")]
     pub compose_service: Option<String>,
     /// Its Kubernetes pod, where the kubelet's labels name one.
     #[serde(skip_serializing_if = "Option::is_none")]

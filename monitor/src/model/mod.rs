@@ -4,6 +4,7 @@
 //!
 //! The JSON form is documented in `docs/snapshot-schema.md`; bump [`SCHEMA_VERSION`] on any
 //! incompatible change.
+pub mod bounded;
 mod container;
 mod container_config;
 mod cuda;
@@ -332,8 +333,8 @@ pub struct Workload {
     pub id: WorkloadId,
     pub kind: WorkloadKind,
     /// A human name: the container name, the unit, the cgroup path, or `host` (cut to
-    /// [`crate::bounded::JSON_MAX_CHARS`] in the JSON).
-    #[serde(serialize_with = "crate::bounded::json")]
+    /// [`crate::model::bounded::JSON_MAX_CHARS`] in the JSON).
+    #[serde(serialize_with = "crate::model::bounded::json")]
     pub name: String,
     /// The container, shared with the Docker cache: its JSON leaves out the PID and labels.
     pub container: Option<Arc<ContainerInfo>>,

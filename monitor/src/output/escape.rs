@@ -24,7 +24,7 @@ pub fn terminal(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-pub use crate::bounded::bounded;
+pub use crate::model::bounded::bounded;
 
 /// For a Markdown table cell: the terminal escapes, then the characters Markdown or the HTML
 /// inside it would act on (`|`, `` ` ``, `*`, `_`, `[`, `]`, `<`, `>`, `&`, `#`) escaped.

@@ -1,8 +1,8 @@
 //! Writing a CSV recording: the header once, then per snapshot one row per GPU and per
 //! workload, and one per alert transition (firing or resolved) stamped with that snapshot.
 use super::row::{Record, Row};
-use crate::bounded::bounded;
 use crate::health::alerts::Alert;
+use crate::model::bounded::bounded;
 use crate::model::{Gpu, Snapshot, Workload};
 use std::io::Write;
 

@@ -345,7 +345,7 @@ fn route(site: &Site, req: &Request<Incoming>) -> Response<Full<Bytes>> {
 
 /// One workload by its container id (or a prefix of 12 characters or more, as `docker ps`
 /// prints it) or its workload id, with its tenant strings whole: everywhere else they are cut
-/// (see [`crate::bounded`]).
+/// (see [`crate::model::bounded`]).
 fn one_container(snap: &crate::model::Snapshot, id: &str) -> Response<Full<Bytes>> {
     let found = snap.workloads.iter().find(|w| {
         w.id.to_string() == id

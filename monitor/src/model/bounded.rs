@@ -22,7 +22,7 @@ pub fn bounded(s: &str, max: usize) -> Cow<'_, str> {
     }
 }
 
-/// `#[serde(serialize_with = "crate::bounded::json")]`: the string cut to [`JSON_MAX_CHARS`].
+/// `#[serde(serialize_with = "crate::model::bounded::json")]`: the string cut to [`JSON_MAX_CHARS`].
 pub fn json<S: Serializer>(s: &str, ser: S) -> Result<S::Ok, S::Error> {
     ser.serialize_str(&bounded(s, JSON_MAX_CHARS))
 }
