@@ -16,7 +16,7 @@ const GPUS: u32 = 8;
 
 fn exported() -> Arc<Published> {
     let gpus = (0..GPUS).map(gpu).collect();
-    let workloads = (0..CONTAINERS)
+    let workloads: Vec<gpuwatch::model::Workload> = (0..CONTAINERS)
         .map(|i| {
             let mut w = container(&format!("train-{i:04}"));
             w.gpu.processes = GPUS as usize;
@@ -36,10 +36,25 @@ fn exported() -> Arc<Published> {
             w
         })
         .collect();
+    // The accounting counters as a day of running gives them: busy, idle under two verdicts,
+    // the loader's three states.
+    let mut accounting = gpuwatch::output::accounting::Accounting::default();
+    for w in &workloads {
+        let t = accounting.workloads.entry(w.id.clone()).or_default();
+        t.gpu_busy_seconds = 3600.0;
+        t.loader_on_cpu_seconds = 600.0;
+        for kind in [
+            gpuwatch::model::VerdictKind::GpuBound,
+            gpuwatch::model::VerdictKind::InputBoundIo,
+        ] {
+            t.gpu_idle_seconds.insert(kind, 1800.0);
+        }
+    }
     Arc::new(Published {
         snapshot: snapshot(1_700_000_000_000, gpus, workloads),
         alerts: Vec::new(),
         xid_totals: BTreeMap::new(),
+        accounting,
     })
 }
 

@@ -86,7 +86,18 @@ fn prometheus_scrapes_it_over_tls_with_basic_auth() {
         ),
     )
     .unwrap();
-    let (_agent, addr) = serve(&scenario, &["--web.config.file", web.to_str().unwrap()]);
+    // The GPU series every second, so the counters below step each second, not each 10 s.
+    let config = dir.path().join("gpuwatch.yaml");
+    std::fs::write(&config, "sources:\n  nvml_series_interval: 1s\n").unwrap();
+    let (_agent, addr) = serve(
+        &scenario,
+        &[
+            "--web.config.file",
+            web.to_str().unwrap(),
+            "-c",
+            config.to_str().unwrap(),
+        ],
+    );
     assert!(addr.starts_with("https://127.0.0.1:"), "{addr}");
     let target = addr.trim_start_matches("https://").to_owned();
 
@@ -146,6 +157,40 @@ fn prometheus_scrapes_it_over_tls_with_basic_auth() {
         .unwrap()
         .len();
     assert_eq!(loaded, 14, "{rules}");
+
+    // The accounting counters: over 20 s of a GPU 70 % busy with the container's work,
+    // increase() gives 14 busy GPU-seconds, for the GPU and for the container, and 6 idle.
+    let value = |q: &str| -> Option<f64> {
+        promql(&prom, q)["data"]["result"].as_array()?.first()?["value"][1]
+            .as_str()?
+            .parse()
+            .ok()
+    };
+    while started.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let sel = format!("job=\"gpuwatch\",container_name=\"{}\"", c.name);
+    for (query, want) in [
+        (
+            "increase(gpuwatch_gpu_busy_seconds_total{job=\"gpuwatch\"}[20s])".to_owned(),
+            14.0,
+        ),
+        (
+            format!("increase(gpuwatch_container_gpu_busy_seconds_total{{{sel}}}[20s])"),
+            14.0,
+        ),
+        (
+            format!("sum(increase(gpuwatch_container_gpu_idle_seconds_total{{{sel}}}[20s]))"),
+            6.0,
+        ),
+    ] {
+        let got = value(&query).unwrap_or_else(|| panic!("no value for {query}"));
+        eprintln!("{query} = {got:.2} (want {want})");
+        assert!(
+            (got - want).abs() <= 2.0,
+            "{query}: {got}, not about {want}"
+        );
+    }
 }
 
 #[test]

@@ -96,6 +96,7 @@ pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
     args.privileges.apply(&agent, user.as_ref())?;
     let _ = site.heartbeat.set(agent.sampler.heartbeat());
     let mut xid_totals: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut accounting = gpuwatch::output::accounting::Accounting::default();
     let result = gpuwatch::runtime::daemon::run_rounds(
         &mut agent,
         config,
@@ -104,10 +105,12 @@ pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
         &stop,
         |snap, _, engine| -> Result<()> {
             gpuwatch::output::published::count_xids(&mut xid_totals, &snap);
+            accounting.add(&snap);
             let exported = Arc::new(Published {
                 snapshot: snap,
                 alerts: engine.active(),
                 xid_totals: xid_totals.clone(),
+                accounting: accounting.clone(),
             });
             if let Ok(mut p) = published.write() {
                 *p = Some(exported);

@@ -52,6 +52,7 @@ pub(crate) fn top(args: &TopArgs, config: &Config) -> Result<()> {
                 snapshot,
                 alerts: engine.active(),
                 xid_totals: xid_totals.clone(),
+                accounting: Default::default(),
             });
         }
         latest

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 /// What a workload's GPU time is bound by. Its label (`Display`, `FromStr`, the JSON and CSV
 /// value, the `verdict` label of the metrics) is spelled once, in [`VerdictKind::label`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum VerdictKind {
     InputBoundIo,
     InputBoundCpu,

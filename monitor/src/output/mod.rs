@@ -1,4 +1,5 @@
 //! Renderings of a snapshot.
+pub mod accounting;
 pub mod escape;
 pub mod plot;
 pub mod process_metrics;

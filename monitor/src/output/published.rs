@@ -1,5 +1,6 @@
 //! What the agent publishes after each round for everything that reads it between rounds: the
 //! Prometheus endpoint, the JSON API, `top`. Readers never query a source.
+use super::accounting::Accounting;
 use crate::health::alerts::Alert;
 use crate::model::Snapshot;
 use std::collections::BTreeMap;
@@ -12,6 +13,8 @@ pub struct Published {
     pub alerts: Vec<Alert>,
     /// Xid errors per GPU index since the agent started.
     pub xid_totals: BTreeMap<u32, u64>,
+    /// GPU-seconds busy and idle, loader seconds, since the agent started.
+    pub accounting: Accounting,
 }
 
 /// Adds the round's Xid events to the per-GPU totals [`Published::xid_totals`] carries.

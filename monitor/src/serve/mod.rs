@@ -439,6 +439,7 @@ mod tests {
             snapshot: snap,
             alerts: Vec::new(),
             xid_totals: Default::default(),
+            accounting: Default::default(),
         }
     }
 

@@ -197,6 +197,7 @@ mod tests {
             snapshot: snapshot(0, vec![gpu(0)], vec![small, big, idle]),
             alerts: Vec::new(),
             xid_totals: BTreeMap::new(),
+            accounting: Default::default(),
         };
         let mut v = View::new(false);
         let order = |v: &View| -> Vec<String> {

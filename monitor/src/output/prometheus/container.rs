@@ -4,6 +4,7 @@
 //! GPU).
 use super::{bool_value, family, ratio_unit, with, Labels};
 use crate::model::{AllocatedGpu, ShmUse, Snapshot, Workload, WorkloadGpuShare};
+use crate::output::accounting::{Accounting, WorkloadTotals};
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType::{self, Counter, Gauge};
 use prometheus_client::registry::Unit;
@@ -151,8 +152,13 @@ fn share_figures() -> [ShareFigure; 4] {
     ]
 }
 
-pub(super) fn encode(enc: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), std::fmt::Error> {
+pub(super) fn encode(
+    enc: &mut DescriptorEncoder,
+    s: &Snapshot,
+    accounting: &Accounting,
+) -> Result<(), std::fmt::Error> {
     let ws: Vec<(&Workload, Labels)> = s.workloads.iter().map(|w| (w, labels(w))).collect();
+    totals(enc, &ws, accounting)?;
     family(
         enc,
         "gpuwatch_container_info",
@@ -324,5 +330,64 @@ fn encode_config(
         None,
         Gauge,
         allocated(|g| bool_value(!g.in_use)),
+    )
+}
+
+/// The accounting counters: busy and idle GPU-seconds, the loader's seconds by state.
+fn totals(
+    enc: &mut DescriptorEncoder,
+    ws: &[(&Workload, Labels)],
+    accounting: &Accounting,
+) -> Result<(), std::fmt::Error> {
+    let with_totals: Vec<(&WorkloadTotals, &Labels)> = ws
+        .iter()
+        .filter_map(|(w, l)| Some((accounting.workloads.get(&w.id)?, l)))
+        .collect();
+    family(
+        enc,
+        "gpuwatch_container_gpu_busy",
+        "GPU-seconds the container kept its GPUs busy (summed over its GPUs) since the agent \
+         started or the container appeared.",
+        Some(Unit::Seconds),
+        Counter,
+        with_totals
+            .iter()
+            .filter(|(t, _)| t.gpu_busy_seconds > 0.0 || !t.gpu_idle_seconds.is_empty())
+            .map(|(t, l)| ((*l).clone(), t.gpu_busy_seconds)),
+    )?;
+    family(
+        enc,
+        "gpuwatch_container_gpu_idle",
+        "GPU-seconds the container held GPUs without keeping them busy, by the verdict of each \
+         window: what the idle time was for.",
+        Some(Unit::Seconds),
+        Counter,
+        with_totals.iter().flat_map(|(t, l)| {
+            t.gpu_idle_seconds
+                .iter()
+                .map(|(k, v)| (with((*l).clone(), &[("verdict", k.label().to_owned())]), *v))
+        }),
+    )?;
+    family(
+        enc,
+        "gpuwatch_container_loader",
+        "Seconds the container's loader processes (its processes without a GPU context) were on \
+         a CPU, waiting for one, or blocked on I/O (state: on_cpu, runq, blocked), from stall \
+         tracing.",
+        Some(Unit::Seconds),
+        Counter,
+        with_totals
+            .iter()
+            .filter(|(t, _)| {
+                t.loader_on_cpu_seconds + t.loader_runq_seconds + t.loader_blocked_seconds > 0.0
+            })
+            .flat_map(|(t, l)| {
+                [
+                    ("on_cpu", t.loader_on_cpu_seconds),
+                    ("runq", t.loader_runq_seconds),
+                    ("blocked", t.loader_blocked_seconds),
+                ]
+                .map(|(state, v)| (with((*l).clone(), &[("state", state.to_owned())]), v))
+            }),
     )
 }

@@ -2,6 +2,7 @@
 //! errors, processes and the memory no workload accounts for. Labels `gpu` and `uuid`.
 use super::{bool_value, family, ratio_unit, with, Labels};
 use crate::model::{DeviceReading, Gpu, Snapshot};
+use crate::output::accounting::Accounting;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType::{Counter, Gauge};
 use prometheus_client::registry::Unit;
@@ -122,6 +123,7 @@ pub(super) fn encode(
     enc: &mut DescriptorEncoder,
     s: &Snapshot,
     xid_totals: &BTreeMap<u32, u64>,
+    accounting: &Accounting,
 ) -> Result<(), std::fmt::Error> {
     let devices: Vec<&DeviceReading> = s.gpus.iter().map(|g| &g.device).collect();
     let driver = s.host.nvml_driver_version.clone().unwrap_or_default();
@@ -194,6 +196,17 @@ pub(super) fn encode(
                 .iter()
                 .map(|r| (with(labels(d), &[("reason", (*r).to_owned())]), 1.0))
         }),
+    )?;
+    family(
+        enc,
+        "gpuwatch_gpu_busy",
+        "Seconds the GPU was busy (its utilisation series over each window) since the agent \
+         started: increase() over a range is its busy GPU-hours times 3600.",
+        Some(Unit::Seconds),
+        Counter,
+        devices
+            .iter()
+            .filter_map(|d| Some((labels(d), *accounting.gpu_busy_seconds.get(&d.index)?))),
     )?;
     family(
         enc,
