@@ -188,6 +188,22 @@ fn plots_and_reports_a_real_recording() {
     assert_eq!(mine["alerts"]["gpu_temperature_high"]["fired"], 1);
     assert_eq!(mine["alerts"]["gpu_temperature_high"]["resolved"], 1);
     assert_eq!(r["gpus"][0]["peak_temperature_celsius"], 88.0);
+    // Busy and idle GPU-hours by cause: the fake GPU is 70 % busy with its work; the advice
+    // of its verdict, written where the verdict first came, is in the report.
+    let busy = mine["busy_gpu_hours"].as_f64().unwrap();
+    let idle: f64 = mine["idle_gpu_hours"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter_map(Value::as_f64)
+        .sum();
+    assert!(busy + idle <= hours + 1e-9, "{mine:#}");
+    assert!((busy / (busy + idle) - 0.7).abs() < 0.1, "{mine:#}");
+    assert!(
+        mine["advice"].as_str().is_some_and(|a| a.len() > 20),
+        "{mine:#}"
+    );
+    assert!(text.lines().next().unwrap().contains(",advice,"));
 
     let md = dir.path().join("report.md");
     let out = gpuwatch(
@@ -200,6 +216,10 @@ fn plots_and_reports_a_real_recording() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = std::fs::read_to_string(&md).unwrap();
+    assert!(
+        text.find("## Findings") < text.find("## Containers"),
+        "{text}"
+    );
     let link = format!("](report.md-plots/container-{}.png)", c.name);
     assert!(text.contains(&link), "{text}");
     assert!(dir

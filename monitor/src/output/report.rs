@@ -19,6 +19,8 @@ pub struct Report {
     pub duration_seconds: f64,
     pub gpus: Vec<GpuSummary>,
     pub containers: Vec<ContainerSummary>,
+    /// The containers that held GPUs idle, worst first.
+    pub findings: Vec<Finding>,
 }
 
 #[derive(Debug, Serialize)]
@@ -83,6 +85,56 @@ pub struct ContainerSummary {
     /// in what share of the samples.
     pub straggler: Option<StragglerShare>,
     pub alerts: BTreeMap<String, AlertCount>,
+    /// GPU-hours its GPUs were busy with its work, and GPU-hours it held them idle by the
+    /// verdict of each sample (samples whose busy share is unknown are in neither).
+    pub busy_gpu_hours: f64,
+    pub idle_gpu_hours: BTreeMap<String, f64>,
+    /// The advice of its main verdict, the last the recording wrote for it.
+    pub advice: Option<String>,
+    /// The last advice the recording wrote for each of its verdicts.
+    #[serde(skip)]
+    pub advice_by_verdict: BTreeMap<String, String>,
+}
+
+/// A container that held GPUs idle, worst first: where the report starts.
+#[derive(Debug, Serialize)]
+pub struct Finding {
+    pub name: String,
+    pub idle_gpu_hours: f64,
+    pub held_gpu_hours: f64,
+    /// The verdict under which it idled most, and the GPU-hours it idled under it.
+    pub cause: String,
+    pub cause_gpu_hours: f64,
+    pub advice: Option<String>,
+}
+
+/// Containers whose idle GPU-hours are at least this share of those they held make a finding.
+const FINDING_IDLE_SHARE: f64 = 0.2;
+
+/// The findings of `containers`: each that held its GPUs idle at least [`FINDING_IDLE_SHARE`]
+/// of the time, the most idle GPU-hours first.
+fn findings(containers: &[ContainerSummary]) -> Vec<Finding> {
+    let mut out: Vec<Finding> = containers
+        .iter()
+        .filter_map(|c| {
+            let idle: f64 = c.idle_gpu_hours.values().sum();
+            let held = idle + c.busy_gpu_hours;
+            if held <= 0.0 || idle < held * FINDING_IDLE_SHARE {
+                return None;
+            }
+            let (cause, hours) = c.idle_gpu_hours.iter().max_by(|a, b| a.1.total_cmp(b.1))?;
+            Some(Finding {
+                name: c.name.clone(),
+                idle_gpu_hours: idle,
+                held_gpu_hours: held,
+                cause: cause.clone(),
+                cause_gpu_hours: *hours,
+                advice: c.advice_by_verdict.get(cause).cloned(),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| b.idle_gpu_hours.total_cmp(&a.idle_gpu_hours));
+    out
 }
 
 #[derive(Debug, PartialEq, Serialize)]
@@ -179,13 +231,14 @@ pub fn summarise(rec: &Recording, name: &str) -> Report {
             alerts: count_alerts(rec.alerts.iter().filter(|a| a.gpu == Some(index))),
         })
         .collect();
-    let containers = rec
+    let containers: Vec<ContainerSummary> = rec
         .workloads
         .values()
         .filter(|w| w.samples.iter().any(|s| !s.gpus.is_empty()))
         .map(|w| container(rec, w))
         .collect();
     Report {
+        findings: findings(&containers),
         recording: name.to_owned(),
         started_at: rfc3339(rec.first_ms),
         ended_at: rfc3339(rec.last_ms),
@@ -234,6 +287,17 @@ fn container(rec: &Recording, w: &WorkloadSeries) -> ContainerSummary {
         .iter()
         .max_by(|a, b| a.1.total_cmp(b.1))
         .map(|(k, _)| k.clone());
+    let (busy_gpu_hours, idle_gpu_hours) = by_cause(s, &dt);
+    // The last advice written for each verdict; the main verdict's is the container's.
+    let mut advice_by_verdict: BTreeMap<String, String> = BTreeMap::new();
+    for x in s {
+        if let (Some(v), Some(a)) = (x.verdict, &x.advice) {
+            advice_by_verdict.insert(v.label().to_owned(), a.clone());
+        }
+    }
+    let advice = main_verdict
+        .as_ref()
+        .and_then(|v| advice_by_verdict.get(v).cloned());
     let mut gpus: Vec<u32> = s.iter().flat_map(|x| x.gpus.iter().copied()).collect();
     gpus.sort_unstable();
     gpus.dedup();
@@ -266,7 +330,32 @@ fn container(rec: &Recording, w: &WorkloadSeries) -> ContainerSummary {
         min_oom_batch_scale: s.iter().filter_map(|x| x.oom_batch_scale).reduce(f64::min),
         straggler: straggler(s),
         alerts,
+        busy_gpu_hours,
+        idle_gpu_hours,
+        advice,
+        advice_by_verdict,
     }
+}
+
+/// Busy GPU-hours, and idle GPU-hours by verdict: each sample's GPUs held times its interval,
+/// split by its busy share (the mean over its GPUs).
+fn by_cause(
+    s: &[crate::recording::WorkloadSample],
+    dt: &dyn Fn(usize) -> f64,
+) -> (f64, BTreeMap<String, f64>) {
+    let mut busy = 0.0;
+    let mut idle: BTreeMap<String, f64> = BTreeMap::new();
+    for (i, x) in s.iter().enumerate() {
+        let Some(b) = x.gpu_busy_fraction.map(|b| b.clamp(0.0, 1.0)) else {
+            continue;
+        };
+        let held = dt(i) * x.gpus.len() as f64 / 3600.0;
+        busy += held * b;
+        let cause = x.verdict.map_or("unknown", |v| v.label()).to_owned();
+        *idle.entry(cause).or_default() += held * (1.0 - b);
+    }
+    idle.retain(|_, h| *h > 0.0);
+    (busy, idle)
 }
 
 fn pct(v: Option<f64>) -> String {
@@ -320,6 +409,22 @@ fn container_rows(c: &ContainerSummary) -> Vec<(&'static str, String)> {
                 .join(", "),
         ),
         ("GPU-hours", format!("{:.3}", c.gpu_hours)),
+        (
+            "GPU-hours busy / idle by cause",
+            format!(
+                "{:.3} busy; idle: {}",
+                c.busy_gpu_hours,
+                if c.idle_gpu_hours.is_empty() {
+                    "none".to_owned()
+                } else {
+                    c.idle_gpu_hours
+                        .iter()
+                        .map(|(k, h)| format!("{k} {h:.3}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            ),
+        ),
         (
             "GPU memory",
             format!(
@@ -387,7 +492,31 @@ fn container_rows(c: &ContainerSummary) -> Vec<(&'static str, String)> {
             }),
         ),
         ("alerts", alerts_text(&c.alerts)),
+        ("advice", c.advice.clone().unwrap_or_default()),
     ]
+}
+
+/// One line per finding: the container, its idle GPU-hours of those held, the main cause, and
+/// the advice.
+fn finding_lines(r: &Report) -> Vec<String> {
+    r.findings
+        .iter()
+        .map(|f| {
+            format!(
+                "{}: {:.3} of {:.3} GPU-hours held idle ({:.0}%), most under {} ({:.3} h).{}",
+                f.name,
+                f.idle_gpu_hours,
+                f.held_gpu_hours,
+                f.idle_gpu_hours / f.held_gpu_hours * 100.0,
+                f.cause,
+                f.cause_gpu_hours,
+                f.advice
+                    .as_ref()
+                    .map(|a| format!(" {a}"))
+                    .unwrap_or_default()
+            )
+        })
+        .collect()
 }
 
 /// Markdown, every name and value escaped (they are the tenants'); `chart` gives the chart file for a container name or GPU (`gpu0`), if drawn.
@@ -403,6 +532,20 @@ pub fn markdown(r: &Report, chart: &dyn Fn(&str) -> Option<String>) -> String {
         r.gpus.len(),
         r.containers.len()
     );
+    let _ = writeln!(o, "## Findings\n");
+    let lines = finding_lines(r);
+    if lines.is_empty() {
+        let _ = writeln!(
+            o,
+            "No container held its GPUs idle a fifth of the time or more.\n"
+        );
+    }
+    for l in &lines {
+        let _ = writeln!(o, "- {}", md(l));
+    }
+    if !lines.is_empty() {
+        o.push('\n');
+    }
     let _ = writeln!(o, "## Containers\n");
     for c in &r.containers {
         let _ = writeln!(o, "### {}\n", md(&c.name));
@@ -465,6 +608,17 @@ pub fn html(r: &Report, svg: &dyn Fn(&str) -> Option<String>) -> String {
         r.gpus.len(),
         r.containers.len()
     );
+    o.push_str("<h2>Findings</h2>\n");
+    let lines = finding_lines(r);
+    if lines.is_empty() {
+        o.push_str("<p>No container held its GPUs idle a fifth of the time or more.</p>\n");
+    } else {
+        o.push_str("<ul>\n");
+        for l in &lines {
+            let _ = writeln!(o, "<li>{}</li>", esc(l));
+        }
+        o.push_str("</ul>\n");
+    }
     o.push_str("<h2>Containers</h2>\n");
     for c in &r.containers {
         let _ = writeln!(o, "<h3>{}</h3>\n<table>", esc(&c.name));
@@ -587,6 +741,70 @@ mod tests {
         assert!(md.contains("![train](plots/container-train.png)"));
         let page = html(&r, &|_| Some("<svg></svg>".into()));
         assert!(page.contains("<h3>train</h3>") && page.contains("<svg></svg>"));
+    }
+
+    #[test]
+    fn idle_gpu_hours_by_cause_and_the_findings_worst_first() {
+        // An hour at 1 Hz on two GPUs: the first half input-bound at 10 % busy (the advice
+        // written where the verdict changed), the second GPU-bound at 90 %.
+        let mut rec = Recording::default();
+        let job = |name: &str, input_bound: bool| {
+            let samples: Vec<WorkloadSample> = (0..3600u64)
+                .map(|i| {
+                    let io = input_bound && i < 1800;
+                    WorkloadSample {
+                        unix_ms: i * 1000,
+                        gpus: vec![0, 1],
+                        gpu_busy_fraction: Some(if io { 0.1 } else { 0.9 }),
+                        verdict: Some(if io {
+                            VerdictKind::InputBoundIo
+                        } else {
+                            VerdictKind::GpuBound
+                        }),
+                        advice: (i == 0 || i == 1800).then(|| format!("advice {i}")),
+                        ..Default::default()
+                    }
+                })
+                .collect();
+            WorkloadSeries {
+                id: format!("docker:{name}"),
+                name: name.into(),
+                samples,
+                ..Default::default()
+            }
+        };
+        rec.workloads
+            .insert("docker:a".into(), job("loader-bound", true));
+        rec.workloads.insert("docker:b".into(), job("busy", false));
+        let r = summarise(&rec, "run.csv");
+        let c = r
+            .containers
+            .iter()
+            .find(|c| c.name == "loader-bound")
+            .unwrap();
+        // 2 GPUs × 0.5 h × 0.9 idle = 0.9 input-bound; 2 × 0.5 × 0.1 = 0.1 GPU-bound.
+        assert!((c.idle_gpu_hours["input-bound: I/O"] - 0.9).abs() < 1e-9);
+        assert!((c.idle_gpu_hours["GPU-bound"] - 0.1).abs() < 1e-9);
+        assert!((c.busy_gpu_hours - 1.0).abs() < 1e-9);
+        let sum: f64 = c.idle_gpu_hours.values().sum::<f64>() + c.busy_gpu_hours;
+        assert!((sum - c.gpu_hours).abs() < 1e-9, "busy + idle = held");
+        // The finding quotes the advice of its cause.
+        assert_eq!(r.findings.len(), 1, "{:?}", r.findings);
+        let f = &r.findings[0];
+        assert_eq!(
+            (f.name.as_str(), f.cause.as_str()),
+            ("loader-bound", "input-bound: I/O")
+        );
+        assert_eq!(f.advice.as_deref(), Some("advice 0"));
+        let md = markdown(&r, &|_| None);
+        let at = md.find("## Findings").unwrap();
+        assert!(at < md.find("## Containers").unwrap());
+        assert!(
+            md.contains("- loader-bound: 1.000 of 2.000 GPU-hours held idle (50%), most under input-bound: I/O (0.900 h)."),
+            "{md}"
+        );
+        // The busy one idled 10 %: below the findings' fifth.
+        assert!(!md[at..md.find("## Containers").unwrap()].contains("busy:"));
     }
 
     #[test]

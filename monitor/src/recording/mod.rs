@@ -89,6 +89,8 @@ pub struct WorkloadSample {
     pub oom_batch_scale: Option<f64>,
     /// The GPU of the rank the others waited for (distributed jobs).
     pub straggler_gpu: Option<u32>,
+    /// The verdict's advice, where the recording wrote it (when the verdict changed).
+    pub advice: Option<String>,
 }
 
 /// An alert transition recorded with the samples.
@@ -279,6 +281,7 @@ impl Recording {
                     host_bound_share: row.host_bound_share,
                     oom_batch_scale: row.oom_batch_scale,
                     straggler_gpu: row.straggler_gpu.map(|g| g as u32),
+                    advice: (!row.advice.is_empty()).then_some(row.advice),
                 });
             }
             Record::Alert => self.alerts.push(AlertRow {

@@ -96,6 +96,10 @@ pub struct Row {
     /// The GPU of a distributed job's rank the others wait for.
     #[serde(with = "number")]
     pub straggler_gpu: Option<f64>,
+    /// The verdict's advice, on the rows where the workload's verdict changes (empty while it
+    /// stays the same: a day at 1 Hz would repeat it 86,400 times).
+    #[serde(with = "text")]
+    pub advice: String,
     pub alert_rule: String,
     #[serde(with = "label")]
     pub alert_state: Option<AlertState>,
@@ -313,7 +317,7 @@ mod tests {
     #[test]
     fn the_columns_are_the_fields_in_order() {
         let columns = Row::columns();
-        assert_eq!(columns.len(), 42);
+        assert_eq!(columns.len(), 43);
         assert_eq!(&columns[..3], ["timestamp", "unix_ms", "record"]);
         assert_eq!(columns.last(), Some(&"alert_summary"));
         // The header the csv crate writes for a row is the same list.

@@ -3,12 +3,15 @@
 use super::row::{Record, Row};
 use crate::health::alerts::Alert;
 use crate::model::bounded::bounded;
-use crate::model::{Gpu, Snapshot, Workload};
+use crate::model::{Gpu, Snapshot, VerdictKind, Workload, WorkloadId};
+use std::collections::HashMap;
 use std::io::Write;
 
 /// A recording being written to `W`.
 pub struct Writer<W: Write> {
     csv: csv::Writer<W>,
+    /// Each workload's verdict on its last row: the advice is written when it changes.
+    verdicts: HashMap<WorkloadId, VerdictKind>,
 }
 
 impl<W: Write> Writer<W> {
@@ -18,7 +21,10 @@ impl<W: Write> Writer<W> {
             .has_headers(false)
             .from_writer(out);
         csv.write_record(Row::columns())?;
-        Ok(Self { csv })
+        Ok(Self {
+            csv,
+            verdicts: Default::default(),
+        })
     }
 
     /// The rows of one snapshot and the alert transitions it caused, then a flush, so a kill
@@ -28,8 +34,16 @@ impl<W: Write> Writer<W> {
             self.csv.serialize(gpu_row(s, g))?;
         }
         for w in &s.workloads {
-            self.csv.serialize(workload_row(s, w))?;
+            let mut row = workload_row(s, w);
+            if let Some(v) = &w.verdict {
+                if self.verdicts.insert(w.id.clone(), v.kind) != Some(v.kind) {
+                    row.advice = bounded(&v.advice, SUMMARY_MAX_CHARS).into_owned();
+                }
+            }
+            self.csv.serialize(row)?;
         }
+        self.verdicts
+            .retain(|id, _| s.workloads.iter().any(|w| &w.id == id));
         for a in transitions {
             self.csv.serialize(alert_row(s, a))?;
         }
