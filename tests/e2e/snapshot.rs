@@ -825,3 +825,90 @@ fn a_cgroup_named_with_bytes_that_are_not_utf8_is_a_workload() {
         run.stderr
     );
 }
+
+/// `--gpu LIST` (`-i`, as `nvidia-smi -i`): only those GPUs and the containers holding them,
+/// in `snapshot` and `record`; a GPU the host does not have is an error that names it.
+#[test]
+fn gpu_selects_the_gpus_shown_and_the_containers_on_them() {
+    require_root();
+    let a = Container::start(&unique("on-gpu0"), &[], "sleep 3600");
+    let b = Container::start(&unique("on-gpu1"), &[], "sleep 3600");
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    std::fs::write(
+        &scenario,
+        json!({"devices": [
+            {"uuid": "GPU-00000000-0000-0000-0000-0000000000d0", "processes": [{"pid": a.pid, "used_memory_bytes": GIB, "sm_util": 40}]},
+            {"uuid": "GPU-00000000-0000-0000-0000-0000000000d1", "processes": [{"pid": b.pid, "used_memory_bytes": GIB, "sm_util": 60}]}]})
+        .to_string(),
+    )
+    .unwrap();
+    let out = gpuwatch_on(&scenario)
+        .args([
+            "snapshot",
+            "--json",
+            "--window",
+            "1s",
+            "--no-ebpf",
+            "-i",
+            "GPU-00000000-0000-0000-0000-0000000000d1",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let gpus: Vec<&str> = s["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["uuid"].as_str().unwrap())
+        .collect();
+    assert_eq!(gpus, ["GPU-00000000-0000-0000-0000-0000000000d1"]);
+    let names: Vec<&str> = s["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, [b.name.as_str()]);
+
+    let csv = dir.path().join("rec.csv");
+    let out = gpuwatch_on(&scenario)
+        .args([
+            "record",
+            "--interval",
+            "0.5",
+            "--duration",
+            "1.5",
+            "--no-ebpf",
+            "--gpu",
+            "0",
+        ])
+        .arg("-o")
+        .arg(&csv)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert!(text.contains(&a.name) && !text.contains(&b.name), "{text}");
+    assert!(
+        !text.contains("GPU-00000000-0000-0000-0000-0000000000d1"),
+        "{text}"
+    );
+
+    let out = gpuwatch_on(&scenario)
+        .args(["snapshot", "--window", "0.3", "--no-ebpf", "--gpu", "7"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--gpu 7: 7: no such GPU among the 2"), "{err}");
+}

@@ -232,6 +232,28 @@ pub(crate) struct SourceArgs {
     pub(crate) proc_root: Option<PathBuf>,
 }
 
+/// `--gpu LIST` (`-i`, as nvidia-smi): only these GPUs, by index or UUID, and the workloads
+/// holding one of them.
+#[derive(Args)]
+pub(crate) struct GpuFilter {
+    /// Only these GPUs (`0,1` or UUIDs, as `nvidia-smi -i`) and the workloads holding them.
+    #[arg(long = "gpu", short = 'i', value_name = "LIST")]
+    pub(crate) gpu: Option<String>,
+}
+
+impl GpuFilter {
+    /// `snap` narrowed to the GPUs asked for; an entry that names no GPU is an error.
+    pub(crate) fn apply(&self, snap: &mut gpuwatch::model::Snapshot) -> Result<()> {
+        let Some(list) = &self.gpu else {
+            return Ok(());
+        };
+        let (found, missing) = gpuwatch::model::parse_visible_devices(list).resolve(&snap.gpus);
+        anyhow::ensure!(missing.is_empty(), "--gpu {list}: {}", missing.join("; "));
+        snap.keep_gpus(&found);
+        Ok(())
+    }
+}
+
 impl SourceArgs {
     /// The agent of a one-shot command (`snapshot`, `doctor`): read tracing from the start
     /// unless it is off, since a single window has no earlier round to decide from.

@@ -38,6 +38,8 @@ pub(crate) struct RecordArgs {
     /// Short for --format jsonl.
     #[arg(long, conflicts_with = "format")]
     pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) gpus: super::GpuFilter,
 }
 
 pub(crate) fn record(args: &RecordArgs, config: &Config) -> Result<()> {
@@ -110,7 +112,8 @@ pub(crate) fn record(args: &RecordArgs, config: &Config) -> Result<()> {
         duration: args.run.duration,
         first_round_out: false,
     };
-    gpuwatch::runtime::rounds(&mut agent, schedule, &stop, |snap| {
+    gpuwatch::runtime::rounds(&mut agent, schedule, &stop, |mut snap| {
+        args.gpus.apply(&mut snap)?;
         write(&snap, &mut samples)
     })?;
     if progress {

@@ -28,6 +28,8 @@ pub(crate) struct SnapshotArgs {
     /// why` prints them).
     #[arg(short = 'v', long = "why")]
     pub(crate) why: bool,
+    #[command(flatten)]
+    pub(crate) gpus: super::GpuFilter,
 }
 
 #[derive(Args)]
@@ -80,8 +82,11 @@ pub(crate) fn why(args: &WhyArgs, config: &Config) -> Result<()> {
 pub(crate) fn snapshot(args: &SnapshotArgs, config: &Config) -> Result<()> {
     let (mut agent, snap) = first_window(&args.sources, config, args.window)?;
     let looping = args.every.is_some_and(|e| !e.is_zero());
-    let print = |snap: &Snapshot| print(snap, args.print.json(), args.why, looping);
-    print(&snap)?;
+    let print = |mut snap: Snapshot| -> Result<()> {
+        args.gpus.apply(&mut snap)?;
+        print(&snap, args.print.json(), args.why, looping)
+    };
+    print(snap)?;
     let Some(every) = args.every.filter(|e| !e.is_zero()) else {
         return Ok(());
     };
@@ -94,7 +99,7 @@ pub(crate) fn snapshot(args: &SnapshotArgs, config: &Config) -> Result<()> {
         let mut rounds = agent.round();
         rounds.extend(agent.flush());
         if let Some(snap) = rounds.pop() {
-            print(&snap)?;
+            print(snap)?;
         }
     }
 }

@@ -12,6 +12,8 @@ pub(crate) struct TopArgs {
     pub(crate) sources: SourceArgs,
     #[command(flatten)]
     pub(crate) run: RunArgs,
+    #[command(flatten)]
+    pub(crate) gpus: super::GpuFilter,
 }
 
 pub(crate) fn top(args: &TopArgs, config: &Config) -> Result<()> {
@@ -45,7 +47,10 @@ pub(crate) fn top(args: &TopArgs, config: &Config) -> Result<()> {
     // Each round's completed snapshots through the rules; the newest is shown.
     let mut publish = |agent: &mut Agent, shown: Option<Published>| -> Option<Published> {
         let mut latest = shown;
-        for snapshot in agent.round() {
+        for mut snapshot in agent.round() {
+            // Checked against the first round before the terminal is taken; a GPU lost since
+            // leaves the view to the others.
+            let _ = args.gpus.apply(&mut snapshot);
             engine.evaluate(&snapshot);
             gpuwatch::output::published::count_xids(&mut xid_totals, &snapshot);
             latest = Some(Published {
@@ -59,6 +64,16 @@ pub(crate) fn top(args: &TopArgs, config: &Config) -> Result<()> {
     };
     let mut view = View::new(std::env::var_os("NO_COLOR").is_none());
     let mut exported = publish(&mut agent, None).context("the first round did not complete")?;
+    if let Some(list) = &args.gpus.gpu {
+        let named = gpuwatch::model::parse_visible_devices(list);
+        let (_, missing) = named.resolve(&exported.snapshot.gpus);
+        // The first snapshot is already narrowed: an entry that named a GPU still does.
+        anyhow::ensure!(
+            missing.is_empty() || !exported.snapshot.gpus.is_empty(),
+            "--gpu {list}: {}",
+            missing.join("; ")
+        );
+    }
     let mut terminal = ratatui::try_init().context("opening the terminal")?;
     let result = (|| -> Result<()> {
         let tick = Duration::from_millis(250);

@@ -2,6 +2,7 @@
 //! (`HostConfig.DeviceRequests`), `--device /dev/nvidiaN` (`HostConfig.Devices`), or the
 //! `NVIDIA_VISIBLE_DEVICES` variable the NVIDIA container runtime reads.
 use serde::Serialize;
+use std::collections::BTreeSet;
 use std::fmt;
 
 /// How a claim was declared.
@@ -78,6 +79,30 @@ pub struct GpuClaim {
 /// Reads an `NVIDIA_VISIBLE_DEVICES` value: `all`, `none`, `void`, empty, or a comma-separated
 /// list of indices, UUIDs, `<gpu>:<mig>` pairs and MIG UUIDs. Anything else is
 /// [`ClaimedDevices::Unparsed`], with the offending entry named.
+impl ClaimedDevices {
+    /// The NVML indices of the GPUs it names among `gpus`, and what names none.
+    pub fn resolve(&self, gpus: &[super::Gpu]) -> (BTreeSet<u32>, Vec<String>) {
+        match self {
+            Self::All => (gpus.iter().map(|g| g.device.index).collect(), Vec::new()),
+            Self::None | Self::Void => (BTreeSet::new(), Vec::new()),
+            Self::Unparsed { reason, .. } => (BTreeSet::new(), vec![reason.clone()]),
+            Self::List(refs) => {
+                let mut found = BTreeSet::new();
+                let mut missing = Vec::new();
+                for r in refs {
+                    match r.find(gpus) {
+                        Ok(i) => {
+                            found.insert(i);
+                        }
+                        Err(why) => missing.push(format!("{r}: {why}")),
+                    }
+                }
+                (found, missing)
+            }
+        }
+    }
+}
+
 impl DeviceRef {
     /// The NVML index of the GPU this names among `gpus`, or why none.
     pub fn find(&self, gpus: &[super::Gpu]) -> Result<u32, String> {

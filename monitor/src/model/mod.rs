@@ -460,6 +460,16 @@ impl Pressure {
     }
 }
 
+impl Snapshot {
+    /// The view of `gpus` only (`--gpu`, as `nvidia-smi -i`): those GPUs, and the workloads
+    /// holding one of them.
+    pub fn keep_gpus(&mut self, gpus: &std::collections::BTreeSet<u32>) {
+        self.gpus.retain(|g| gpus.contains(&g.device.index));
+        self.workloads
+            .retain(|w| w.gpu.per_gpu.iter().any(|s| gpus.contains(&s.index)));
+    }
+}
+
 /// A CPU quota's enforcement periods (100 ms each by default) since the cgroup was created:
 /// `cpu.stat`'s `nr_periods` (periods in which it had work) and `nr_throttled`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]

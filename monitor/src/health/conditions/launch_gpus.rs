@@ -42,24 +42,7 @@ impl LaunchGpus {
 
     /// The NVML indices of the GPUs it names among `gpus`, and what names none.
     pub fn resolve(&self, gpus: &[Gpu]) -> (BTreeSet<u32>, Vec<String>) {
-        match &self.devices {
-            ClaimedDevices::All => (gpus.iter().map(|g| g.device.index).collect(), Vec::new()),
-            ClaimedDevices::None | ClaimedDevices::Void => (BTreeSet::new(), Vec::new()),
-            ClaimedDevices::Unparsed { reason, .. } => (BTreeSet::new(), vec![reason.clone()]),
-            ClaimedDevices::List(refs) => {
-                let mut found = BTreeSet::new();
-                let mut missing = Vec::new();
-                for r in refs {
-                    match r.find(gpus) {
-                        Ok(i) => {
-                            found.insert(i);
-                        }
-                        Err(why) => missing.push(format!("{r}: {why}")),
-                    }
-                }
-                (found, missing)
-            }
-        }
+        self.devices.resolve(gpus)
     }
 }
 
