@@ -1,40 +1,125 @@
-//! Basic-auth checks that cannot take the agent (or the training job beside it) down: bcrypt
-//! runs on blocking threads, at most [`BCRYPT_AT_ONCE`] at a time, never on the async workers
-//! that serve `/metrics`; a client that fails [`MAX_FAILURES`] times within [`FAILURE_WINDOW`]
-//! is answered `429` without a check until the window passes.
+//! Basic-auth checks that cannot take the agent (or the training job beside it) down, and
+//! cannot lock out the right user:
+//!
+//! - bcrypt runs on blocking threads, never on the async workers that serve `/metrics`: at most
+//!   [`bcrypt_at_once`] at a time (half the CPUs, 1 to 4), with at most [`QUEUE_PER_CHECK`]
+//!   requests waiting per running check; past that a request is answered `429` at once.
+//! - Failures are counted per user named in the header and per source network (all of
+//!   loopback as one, an IPv6 /64 as one, an IPv4 address alone): a guesser cycling through
+//!   127.x.y.z or an IPv6 prefix is one client, and failures for one user name do not touch
+//!   another. After [`MAX_FAILURES`] within [`FAILURE_WINDOW`], that user from that network is
+//!   checked once per [`SLOW_CHECK_EVERY`], [`SLOW_LANE_QUEUE`] request waiting at most (else
+//!   `429`): a header that verifies still gets in at its turn, and a guesser keeps the rate
+//!   of the lock, 10 a minute.
+//! - A header verified before is let in without a check.
 use super::web_config::BasicAuth;
+use base64::Engine;
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
-/// bcrypt checks running at once (each takes tens of milliseconds of one CPU).
-pub const BCRYPT_AT_ONCE: usize = 2;
 pub const MAX_FAILURES: u32 = 10;
 pub const FAILURE_WINDOW: Duration = Duration::from_secs(60);
-/// Clients remembered at most; past it the ones whose window is over are forgotten.
+/// Requests that may wait per bcrypt check running.
+pub const QUEUE_PER_CHECK: usize = 4;
+/// Requests of a locked user and network that may wait for its next check.
+pub const SLOW_LANE_QUEUE: usize = 1;
+/// A locked user and network is checked once per this long: a guesser keeps the rate the lock
+/// allows ([`MAX_FAILURES`] per [`FAILURE_WINDOW`]), and a right header is let in at its turn.
+pub const SLOW_CHECK_EVERY: Duration = Duration::from_secs(6);
+/// Keys (user, network) remembered at most; past it the ones whose window is over are
+/// forgotten.
 const CLIENTS_KEPT: usize = 4096;
+/// The most characters of a user name kept as a key.
+const USER_MAX_CHARS: usize = 64;
+
+/// bcrypt checks at once: each takes tens of milliseconds of one CPU, and the host's CPUs are
+/// the training jobs'.
+pub fn bcrypt_at_once() -> usize {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cpus / 2).clamp(1, 4)
+}
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum Decision {
     Allowed,
     Denied,
-    /// Too many failures from this client: retry after this many seconds.
+    /// Too many failures, or too many waiting: retry after this many seconds.
     TooMany(u64),
+}
+
+/// Where a request comes from, as failures are counted.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Network {
+    Loopback,
+    V4(Ipv4Addr),
+    /// The first 64 bits of an IPv6 address.
+    V6(u64),
+}
+
+impl Network {
+    fn of(ip: IpAddr) -> Self {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        match ip {
+            _ if ip.is_loopback() => Self::Loopback,
+            IpAddr::V4(v4) => Self::V4(v4),
+            IpAddr::V6(v6) => Self::V6((u128::from(v6) >> 64) as u64),
+        }
+    }
+}
+
+/// Failures are counted per (user named, network).
+type Key = (String, Network);
+
+/// The user an `Authorization: Basic` header names (empty when it names none).
+fn user_of(header: &str) -> String {
+    header
+        .strip_prefix("Basic ")
+        .and_then(|e| {
+            base64::engine::general_purpose::STANDARD
+                .decode(e.trim())
+                .ok()
+        })
+        .and_then(|raw| String::from_utf8(raw).ok())
+        .and_then(|t| {
+            t.split_once(':')
+                .map(|(u, _)| u.chars().take(USER_MAX_CHARS).collect())
+        })
+        .unwrap_or_default()
 }
 
 pub struct LoginGate {
     auth: Arc<BasicAuth>,
     bcrypt: Arc<Semaphore>,
+    /// Requests waiting for a bcrypt permit, and how many may.
+    waiting: AtomicUsize,
+    queue_max: usize,
+    /// One check at a time per locked key, and how many of its requests wait for it.
+    slow_lanes: Mutex<HashMap<Key, Arc<SlowLane>>>,
+    /// [`SLOW_CHECK_EVERY`] (shorter in tests).
+    slow_every: Duration,
     failures: Mutex<Failures>,
 }
 
 impl LoginGate {
     pub fn new(auth: BasicAuth) -> Self {
+        Self::with_checks(auth, bcrypt_at_once(), SLOW_CHECK_EVERY)
+    }
+
+    fn with_checks(auth: BasicAuth, at_once: usize, slow_every: Duration) -> Self {
         Self {
             auth: Arc::new(auth),
-            bcrypt: Arc::new(Semaphore::new(BCRYPT_AT_ONCE)),
+            bcrypt: Arc::new(Semaphore::new(at_once)),
+            waiting: AtomicUsize::new(0),
+            queue_max: at_once * QUEUE_PER_CHECK,
+            slow_lanes: Mutex::new(HashMap::new()),
+            slow_every,
             failures: Mutex::new(Failures::default()),
         }
     }
@@ -49,64 +134,126 @@ impl LoginGate {
         if self.auth.remembers(h) {
             return Decision::Allowed;
         }
-        if let Some(wait) = self.lock().blocked(peer, Instant::now()) {
-            return Decision::TooMany(wait.as_secs().max(1));
-        }
-        let allowed = match self.bcrypt.clone().acquire_owned().await {
-            Ok(permit) => {
-                let auth = self.auth.clone();
-                tokio::task::spawn_blocking(move || {
-                    let _permit = permit;
-                    auth.allows(header.as_deref())
-                })
-                .await
-                .unwrap_or(false)
-            }
-            Err(_) => false, // the semaphore is never closed
+        let key: Key = (user_of(h), Network::of(peer));
+        let locked = lock(&self.failures).blocked(&key, Instant::now());
+        // A locked key is checked one request at a time, a few waiting.
+        let _lane = match locked {
+            None => None,
+            Some(wait) => match self.slow_lane(&key).await {
+                Some(permit) => Some(permit),
+                None => return Decision::TooMany(wait.as_secs().max(1)),
+            },
         };
-        let mut f = self.lock();
+        let Some(allowed) = self.verify(header).await else {
+            return Decision::TooMany(1);
+        };
+        let mut f = lock(&self.failures);
         if allowed {
-            f.clear(peer);
+            f.clear(&key);
             Decision::Allowed
         } else {
-            f.add(peer, Instant::now());
+            f.add(key, Instant::now());
             Decision::Denied
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Failures> {
-        self.failures.lock().unwrap_or_else(|p| p.into_inner())
+    /// The key's one check at a time, waited for when few wait; `None` when too many do.
+    async fn slow_lane(&self, key: &Key) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let lane = {
+            let mut lanes = lock(&self.slow_lanes);
+            if lanes.len() >= CLIENTS_KEPT {
+                lanes.retain(|_, l| Arc::strong_count(l) > 1);
+            }
+            lanes.entry(key.clone()).or_default().clone()
+        };
+        // The one checking and those waiting.
+        if lane.waiting.fetch_add(1, Ordering::SeqCst) > SLOW_LANE_QUEUE {
+            lane.waiting.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        let permit = lane.check.clone().acquire_owned().await.ok();
+        let due = {
+            let mut next = lock(&lane.next_check);
+            let due = (*next).max(Instant::now());
+            *next = due + self.slow_every;
+            due
+        };
+        tokio::time::sleep_until(due.into()).await;
+        lane.waiting.fetch_sub(1, Ordering::SeqCst);
+        permit
+    }
+
+    /// bcrypt on a blocking thread, behind the bounded queue; `None` when the queue is full.
+    async fn verify(&self, header: Option<String>) -> Option<bool> {
+        if self.waiting.fetch_add(1, Ordering::SeqCst) >= self.queue_max {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        let permit = self.bcrypt.clone().acquire_owned().await;
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        let permit = permit.ok()?; // the semaphore is never closed
+        let auth = self.auth.clone();
+        Some(
+            tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                auth.allows(header.as_deref())
+            })
+            .await
+            .unwrap_or(false),
+        )
     }
 }
 
-/// Failed attempts per client: (count, when the window began).
+/// A locked key's lane: one check at a time, once per [`SLOW_CHECK_EVERY`]; the requests in
+/// it, waiting for their turn.
+struct SlowLane {
+    check: Arc<Semaphore>,
+    waiting: AtomicUsize,
+    next_check: Mutex<Instant>,
+}
+
+impl Default for SlowLane {
+    fn default() -> Self {
+        Self {
+            check: Arc::new(Semaphore::new(1)),
+            waiting: AtomicUsize::new(0),
+            next_check: Mutex::new(Instant::now()),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Failed attempts per key: (count, when the window began).
 #[derive(Debug, Default)]
-struct Failures(HashMap<IpAddr, (u32, Instant)>);
+struct Failures(HashMap<Key, (u32, Instant)>);
 
 impl Failures {
-    /// How long `peer` must wait, if it has used up its attempts.
-    fn blocked(&self, peer: IpAddr, now: Instant) -> Option<Duration> {
-        let (count, since) = self.0.get(&peer)?;
+    /// How long `key` must wait, if it has used up its attempts.
+    fn blocked(&self, key: &Key, now: Instant) -> Option<Duration> {
+        let (count, since) = self.0.get(key)?;
         let left = FAILURE_WINDOW
             .checked_sub(now.duration_since(*since))
             .filter(|d| !d.is_zero())?;
         (*count >= MAX_FAILURES).then_some(left)
     }
 
-    fn add(&mut self, peer: IpAddr, now: Instant) {
+    fn add(&mut self, key: Key, now: Instant) {
         if self.0.len() >= CLIENTS_KEPT {
             self.0
                 .retain(|_, (_, since)| now.duration_since(*since) < FAILURE_WINDOW);
         }
-        let e = self.0.entry(peer).or_insert((0, now));
+        let e = self.0.entry(key).or_insert((0, now));
         if now.duration_since(e.1) >= FAILURE_WINDOW {
             *e = (0, now);
         }
         e.0 += 1;
     }
 
-    fn clear(&mut self, peer: IpAddr) {
-        self.0.remove(&peer);
+    fn clear(&mut self, key: &Key) {
+        self.0.remove(key);
     }
 }
 
@@ -126,68 +273,157 @@ mod tests {
 
     #[test]
     fn failures_block_a_client_for_the_rest_of_the_window() {
-        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let key = |ip: &str| -> Key { ("u".into(), Network::of(ip.parse().unwrap())) };
+        let (a, b) = (key("10.0.0.1"), key("10.0.0.2"));
         let t0 = Instant::now();
         let mut f = Failures::default();
         for _ in 0..MAX_FAILURES - 1 {
-            f.add(a, t0);
+            f.add(a.clone(), t0);
         }
-        assert_eq!(f.blocked(a, t0), None, "attempts left");
-        f.add(a, t0);
-        let wait = f.blocked(a, t0 + Duration::from_secs(20)).unwrap();
+        assert_eq!(f.blocked(&a, t0), None, "attempts left");
+        f.add(a.clone(), t0);
+        let wait = f.blocked(&a, t0 + Duration::from_secs(20)).unwrap();
         assert_eq!(wait, Duration::from_secs(40));
-        assert_eq!(f.blocked(b, t0), None, "another client is not blocked");
+        assert_eq!(f.blocked(&b, t0), None, "another client is not blocked");
         assert_eq!(
-            f.blocked(a, t0 + FAILURE_WINDOW),
+            f.blocked(&a, t0 + FAILURE_WINDOW),
             None,
             "the window is over"
         );
-        f.add(a, t0 + FAILURE_WINDOW);
+        f.add(a.clone(), t0 + FAILURE_WINDOW);
         assert_eq!(
-            f.blocked(a, t0 + FAILURE_WINDOW),
+            f.blocked(&a, t0 + FAILURE_WINDOW),
             None,
             "a new window counts anew"
         );
     }
 
-    #[test]
-    fn the_gate_checks_off_the_workers_and_stops_a_guesser() {
+    fn gate(every: Duration) -> LoginGate {
         let hash = bcrypt::hash("s3cret", 4).unwrap();
         let auth = BasicAuth::new(BTreeMap::from([("alice".to_owned(), hash)])).unwrap();
-        let gate = LoginGate::new(auth);
-        let rt = tokio::runtime::Builder::new_current_thread()
+        LoginGate::with_checks(auth, 1, every)
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
             .enable_all()
             .build()
-            .unwrap();
-        let peer: IpAddr = "192.0.2.7".parse().unwrap();
+            .unwrap()
+    }
+
+    #[test]
+    fn networks_aggregate_loopback_and_ipv6_prefixes() {
+        let n = |s: &str| Network::of(s.parse().unwrap());
+        assert_eq!(n("127.0.0.1"), n("127.9.8.7"));
+        assert_eq!(n("::1"), n("127.0.0.2"));
+        assert_eq!(n("::ffff:192.0.2.7"), n("192.0.2.7"));
+        assert_eq!(n("2001:db8:1:2::1"), n("2001:db8:1:2:ffff::9"));
+        assert_ne!(n("2001:db8:1:2::1"), n("2001:db8:1:3::1"));
+        assert_ne!(n("192.0.2.7"), n("192.0.2.8"));
+        assert_eq!(user_of(header("alice", "x").as_deref().unwrap()), "alice");
+        assert_eq!(user_of("Bearer abc"), "");
+    }
+
+    #[test]
+    fn a_locked_user_still_gets_in_with_the_right_password_and_a_guesser_slows_down() {
+        let gate = gate(Duration::from_millis(300));
+        let rt = runtime();
+        let scraper: IpAddr = "127.0.0.1".parse().unwrap();
         rt.block_on(async {
-            assert_eq!(
-                gate.check(peer, header("alice", "s3cret")).await,
-                Decision::Allowed
-            );
             for _ in 0..2 * MAX_FAILURES {
-                assert_eq!(gate.check(peer, None).await, Decision::Denied);
+                assert_eq!(gate.check(scraper, None).await, Decision::Denied);
             }
-            assert_eq!(
-                gate.check(peer, header("bob", "guess")).await,
-                Decision::Denied,
-                "requests without credentials were not counted"
-            );
-            for _ in 0..MAX_FAILURES - 1 {
+            // Ten wrong passwords for alice, from other loopback addresses: one client.
+            for i in 0..MAX_FAILURES {
+                let peer: IpAddr = format!("127.0.{i}.9").parse().unwrap();
                 assert_eq!(
                     gate.check(peer, header("alice", "guess")).await,
                     Decision::Denied
                 );
             }
-            assert!(matches!(
-                gate.check(peer, header("alice", "guess")).await,
-                Decision::TooMany(s) if s > 0 && s <= 60
-            ));
-            // A header verified before still gets in: the cap is on checks, not on users.
+            // Another user from the same network is not locked.
+            let t = Instant::now();
             assert_eq!(
-                gate.check(peer, header("alice", "s3cret")).await,
+                gate.check(scraper, header("bob", "guess")).await,
+                Decision::Denied
+            );
+            assert!(t.elapsed() < Duration::from_millis(250), "bob waited");
+            // Locked: checked at the lane's rate, one waiting, the rest 429.
+            let t = Instant::now();
+            let (a, b, c) = tokio::join!(
+                gate.check(scraper, header("alice", "guess")),
+                gate.check(scraper, header("alice", "guess")),
+                gate.check(scraper, header("alice", "guess")),
+            );
+            let mut got = [a, b, c].map(|d| matches!(d, Decision::TooMany(_)));
+            got.sort();
+            assert_eq!(got, [false, false, true], "two checked, one refused");
+            assert!(
+                t.elapsed() >= Duration::from_millis(300),
+                "the second waited its turn"
+            );
+            // The right password gets in, at its turn, and unlocks.
+            assert_eq!(
+                gate.check(scraper, header("alice", "s3cret")).await,
                 Decision::Allowed
             );
         });
+    }
+
+    #[test]
+    fn the_bcrypt_queue_is_bounded() {
+        let gate = gate(Duration::from_millis(300));
+        let rt = runtime();
+        rt.block_on(async {
+            // One check at a time and four waiting: of eight at once, some are refused.
+            let peers: Vec<IpAddr> = (0..8)
+                .map(|i| format!("192.0.2.{i}").parse().unwrap())
+                .collect();
+            let checks = peers
+                .iter()
+                .map(|p| gate.check(*p, header("alice", "guess")));
+            let results = futures_join_all(checks).await;
+            let refused = results
+                .iter()
+                .filter(|d| matches!(d, Decision::TooMany(_)))
+                .count();
+            assert!(refused >= 1, "{results:?}");
+            assert!(results.iter().filter(|d| **d == Decision::Denied).count() >= 5);
+        });
+    }
+
+    /// Runs the futures at once (what `futures::future::join_all` does).
+    async fn futures_join_all<F: std::future::Future>(
+        fs: impl Iterator<Item = F>,
+    ) -> Vec<F::Output> {
+        let mut set = Vec::new();
+        for f in fs {
+            set.push(Box::pin(f));
+        }
+        let mut out = Vec::new();
+        // Poll them together: each is started before any is awaited to the end.
+        let mut pending: Vec<_> = set.into_iter().map(Some).collect();
+        std::future::poll_fn(|cx| {
+            let mut all_done = true;
+            for slot in pending.iter_mut() {
+                if let Some(f) = slot {
+                    match f.as_mut().poll(cx) {
+                        std::task::Poll::Ready(v) => {
+                            out.push(v);
+                            *slot = None;
+                        }
+                        std::task::Poll::Pending => all_done = false,
+                    }
+                }
+            }
+            if all_done {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+        .await;
+        out
     }
 }
