@@ -309,7 +309,8 @@ fn run_command(c: &CommandConfig, body: &[u8]) -> Result<(), String> {
         for p in path {
             v = &v[p];
         }
-        v.as_str().unwrap_or_default().to_owned()
+        // A workload named with escape bytes must not reach a script's terminal or log raw.
+        crate::output::escape::terminal(v.as_str().unwrap_or_default()).into_owned()
     };
     let mut child = std::process::Command::new(&c.argv[0])
         .args(&c.argv[1..])
@@ -338,5 +339,33 @@ fn run_command(c: &CommandConfig, body: &[u8]) -> Result<(), String> {
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
             Err(e) => return Err(e.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_commands_environment_carries_no_control_bytes() {
+        // A workload named after a cgroup whose name holds an escape sequence.
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("summary");
+        let c = CommandConfig {
+            argv: vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                format!("printf %s \"$GPUWATCH_ALERT_SUMMARY\" > {}", out.display()),
+            ],
+            timeout: Duration::from_secs(5),
+            queue: 1,
+        };
+        let body = serde_json::json!({"status": "firing",
+            "alert": {"rule": "gpu_underutilized", "severity": "warning",
+                      "summary": "/rt\u{1b}]0;owned\u{7}: GPU busy 3%"}});
+        run_command(&c, body.to_string().as_bytes()).unwrap();
+        let got = std::fs::read_to_string(&out).unwrap();
+        assert!(!got.contains('\u{1b}') && !got.contains('\u{7}'), "{got:?}");
+        assert_eq!(got, "/rt\\u{1b}]0;owned\\u{7}: GPU busy 3%");
     }
 }

@@ -160,6 +160,13 @@ impl Config {
             .map_err(|e| e.within("alerts.rules"))?;
         self.notify.validate().map_err(|e| e.within("notify"))?;
         self.doctor.validate().map_err(|e| e.within("doctor"))?;
+        if self.alerts.max_notifications_per_minute == 0 {
+            // 0 would hold back every notification and report each as rate-limited.
+            return Err(FieldError::new(
+                "alerts.max_notifications_per_minute",
+                "0 sends nothing: to silence alerts, set `enabled: false` on the rules",
+            ));
+        }
         Ok(())
     }
 }
@@ -322,6 +329,18 @@ mod tests {
             (
                 "verdict:\n  launch_host_max_us: 0\n",
                 "verdict.launch_host_max_us",
+            ),
+            (
+                "verdict:\n  contention_share_min: -0.1\n",
+                "verdict.contention_share_min",
+            ),
+            (
+                "verdict:\n  pressure_io_min: 1.01\n",
+                "verdict.pressure_io_min",
+            ),
+            (
+                "alerts:\n  max_notifications_per_minute: 0\n",
+                "alerts.max_notifications_per_minute",
             ),
         ] {
             let e = parse(text).expect_err(text);

@@ -366,6 +366,12 @@ mod tests {
                 )
             );
         }
+        let bad = text.replace("docker:x,train,0.5,", "docker:x,train,-0.5,");
+        let e = parse(bad.as_bytes(), Path::new("r.csv")).expect_err("negative");
+        assert_eq!(
+            e.to_string(),
+            "r.csv: line 3: column gpu_busy_fraction: \"-0.5\" is negative"
+        );
         let e = parse("a,b\n1,2\n".as_bytes(), Path::new("x.csv")).expect_err("foreign CSV");
         assert!(
             e.to_string().contains("not a gpuwatch CSV recording"),

@@ -189,8 +189,11 @@ mod number {
         if t.is_empty() {
             return Ok(None);
         }
+        // Every figure the writer puts in a cell is a count, a size, a share, a rate, a
+        // reading or a time: none is below 0.
         match t.parse::<f64>() {
-            Ok(v) if v.is_finite() => Ok(Some(v)),
+            Ok(v) if v.is_finite() && v >= 0.0 => Ok(Some(v)),
+            Ok(v) if v < 0.0 => Err(de::Error::custom(format!("{t:?} is negative"))),
             Ok(_) => Err(de::Error::custom(format!("{t:?} is not a finite number"))),
             Err(_) => Err(de::Error::custom(format!("{t:?} is not a number"))),
         }
