@@ -171,7 +171,9 @@ impl Notifier {
                     alert.summary,
                     alert.action
                 ),
-                _ => tracing::info!(
+                // At the level of the firing, so whoever saw it fire (journald at the default
+                // level) sees it end.
+                _ => tracing::warn!(
                     rule = alert.rule,
                     "RESOLVED {}: {}",
                     alert.rule,

@@ -521,13 +521,18 @@ fn a_dead_webhook_never_holds_back_sampling() {
         "1 GPUs",
         "12 of 12 alert rules on",
         "gpu_temperature_high",
-        "the log, a webhook",
+        // Printed below, not logged a second time on the same terminal.
+        "alerts go to a webhook and below",
     ] {
         assert!(said[0].contains(part), "{part}: {}", said[0]);
     }
     assert!(
         !stdout.contains("gpuwatch watch on"),
         "stdout is the transitions only"
+    );
+    assert!(
+        !stderr.contains(" FIRING ") && !stderr.contains(" RESOLVED "),
+        "each transition once, on stdout:\n{stderr}"
     );
 }
 

@@ -33,16 +33,20 @@ pub(crate) fn watch(args: &WatchArgs, config: &Config) -> Result<()> {
     args.privileges.apply(&agent, user.as_ref())?;
     let mut stdout = std::io::stdout().lock();
     let mut said = false;
+    // Each transition is printed on stdout below: the log sink would say it a second time on
+    // the same terminal.
+    let mut config = config.clone();
+    config.notify.log = false;
     gpuwatch::runtime::daemon::run_rounds(
         &mut agent,
-        config,
+        &config,
         interval,
         args.run.duration,
         &stop,
         |snap, round, _| -> Result<()> {
             if !std::mem::replace(&mut said, true) {
                 // Once, on stderr (stdout stays the transitions): what is being watched.
-                eprintln!("{}", watching(&snap, config));
+                eprintln!("{}", watching(&snap, &config));
             }
             for a in &round.notify {
                 if args.print.json() {
