@@ -375,6 +375,75 @@ fn promtool_accepts_and_unit_tests_the_shipped_rules() {
     );
 }
 
+/// `/metrics` answers what the client asks for: OpenMetrics to Prometheus (which asks for it),
+/// the text format to anyone else; `promtool check metrics` finds nothing to say of the text
+/// format, a counter's help included.
+#[test]
+fn metrics_come_in_the_format_asked_for_and_pass_promtool() {
+    require_root();
+    let c = Container::start(&unique("negotiate"), &[], "sleep 3600");
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    std::fs::write(
+        &scenario,
+        json!({"devices": [{"uuid": "GPU-negotiate",
+            "processes": [{"pid": c.pid, "used_memory_bytes": GIB, "sm_util": 60}]}]})
+        .to_string(),
+    )
+    .unwrap();
+    let (_agent, url) = serve(&scenario, &[]);
+    wait_for_metrics(&url, |m| m.contains("gpuwatch_gpu_busy_seconds_total"));
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(5)))
+        .build()
+        .into();
+    let fetch = |accept: &str| {
+        let mut r = agent
+            .get(&format!("{url}/metrics"))
+            .header("Accept", accept)
+            .call()
+            .unwrap();
+        let kind = r.headers()["content-type"].to_str().unwrap().to_owned();
+        (kind, r.body_mut().read_to_string().unwrap())
+    };
+    let (kind, om) =
+        fetch("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5");
+    assert!(kind.starts_with("application/openmetrics-text"), "{kind}");
+    assert!(om.trim_end().ends_with("# EOF"));
+    let (kind, plain) = fetch("text/plain;version=0.0.4");
+    assert!(kind.starts_with("text/plain; version=0.0.4"), "{kind}");
+    assert!(!plain.contains("# EOF") && !plain.contains("# UNIT"));
+    assert!(
+        plain.contains("# HELP gpuwatch_gpu_busy_seconds_total "),
+        "{plain}"
+    );
+    assert!(plain.contains("# TYPE gpuwatch_gpu_busy_seconds_total counter"));
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package `prometheus`)");
+    use std::io::Write;
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(plain.as_bytes())
+        .unwrap();
+    let out = check.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool: {said}"
+    );
+}
+
 /// Slow clients under a 1,024-file limit (soft and hard, so the agent cannot raise it): 300
 /// half-sent requests leave scrapes answering; past the connection limit ((1024 - 64) / 2 =
 /// 480) a connection is answered 503 at once instead of the agent running out of descriptors;

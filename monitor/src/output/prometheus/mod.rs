@@ -34,6 +34,50 @@ pub fn render(e: &Arc<Published>) -> Result<String, std::fmt::Error> {
 }
 
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The Prometheus text format, for a client that does not ask for OpenMetrics.
+pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Whether a request's `Accept` header asks for OpenMetrics (Prometheus does by default); any
+/// other client gets the text format, which every Prometheus-compatible tool reads.
+pub fn wants_openmetrics(accept: Option<&str>) -> bool {
+    accept.is_some_and(|a| a.contains("application/openmetrics-text"))
+}
+
+/// The OpenMetrics rendering in the Prometheus text format (0.0.4): no `# EOF` or `# UNIT`
+/// lines, and a counter's `HELP` and `TYPE` named as its samples are, with `_total` (under
+/// OpenMetrics they name the family without it, which `promtool check metrics` reads as a
+/// counter without help).
+pub fn to_text_format(openmetrics: &str) -> String {
+    let mut out = String::with_capacity(openmetrics.len());
+    let mut lines = openmetrics.lines().peekable();
+    while let Some(line) = lines.next() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let name = rest.split(' ').next().unwrap_or("");
+            // The TYPE line follows its HELP line; UNIT lines may come between.
+            let counter = lines
+                .clone()
+                .find(|l| l.starts_with("# TYPE "))
+                .is_some_and(|t| t == format!("# TYPE {name} counter"));
+            if counter {
+                out.push_str(&format!("# HELP {name}_total{}\n", &rest[name.len()..]));
+                continue;
+            }
+        }
+        if let Some(name) = line
+            .strip_prefix("# TYPE ")
+            .and_then(|r| r.strip_suffix(" counter"))
+        {
+            out.push_str(&format!("# TYPE {name}_total counter\n"));
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
 
 #[derive(Debug)]
 struct SnapshotCollector(Arc<Published>);
@@ -339,6 +383,32 @@ mod tests {
             "{text}"
         );
         assert!(text.trim_end().ends_with("# EOF"));
+    }
+
+    #[test]
+    fn the_text_format_names_a_counters_help_and_type_as_its_samples() {
+        let om = "# HELP gpuwatch_gpu_busy_seconds Seconds busy.\n\
+                  # TYPE gpuwatch_gpu_busy_seconds counter\n\
+                  # UNIT gpuwatch_gpu_busy_seconds seconds\n\
+                  gpuwatch_gpu_busy_seconds_total{gpu=\"0\"} 7.0\n\
+                  # HELP gpuwatch_gpu_busy_ratio Share busy.\n\
+                  # TYPE gpuwatch_gpu_busy_ratio gauge\n\
+                  gpuwatch_gpu_busy_ratio{gpu=\"0\"} 0.7\n\
+                  # EOF\n";
+        assert_eq!(
+            to_text_format(om),
+            "# HELP gpuwatch_gpu_busy_seconds_total Seconds busy.\n\
+             # TYPE gpuwatch_gpu_busy_seconds_total counter\n\
+             gpuwatch_gpu_busy_seconds_total{gpu=\"0\"} 7.0\n\
+             # HELP gpuwatch_gpu_busy_ratio Share busy.\n\
+             # TYPE gpuwatch_gpu_busy_ratio gauge\n\
+             gpuwatch_gpu_busy_ratio{gpu=\"0\"} 0.7\n"
+        );
+        assert!(wants_openmetrics(Some(
+            "application/openmetrics-text;version=1.0.0,text/plain;q=0.5"
+        )));
+        assert!(!wants_openmetrics(Some("text/plain;version=0.0.4")));
+        assert!(!wants_openmetrics(None));
     }
 
     /// Every `gpuwatch_*` name the shipped Prometheus rules and Grafana dashboard use is one this
