@@ -359,3 +359,54 @@ fn absurd_intervals_are_refused_where_they_are_written() {
         "{err}"
     );
 }
+
+/// `report` and `plot` read the shipped H100 recording (JSON Lines): every labelled job's main
+/// verdict is the one its label names, and the findings come first, worst first.
+#[test]
+fn report_and_plot_read_the_shipped_h100_recording() {
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/h100-jobs.jsonl");
+    let example = example.to_str().unwrap();
+    let (ok, json, err) = gpuwatch(&["report", example, "--format", "json"]);
+    assert!(ok, "{err}");
+    let r: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let main = |label: &str| -> String {
+        r["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == format!("/gw-acc-{label}"))
+            .unwrap_or_else(|| panic!("no job {label}"))["main_verdict"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    for (label, verdict) in [
+        ("gpu_bound", "GPU-bound"),
+        ("pinned", "GPU-bound"),
+        ("idle", "idle"),
+        ("launch", "host-bound: launches"),
+        ("loader_cpu", "input-bound: CPU"),
+        ("quota", "input-bound: CPU"),
+        ("loader_io", "input-bound: I/O"),
+        ("low_sm", "low SM activity"),
+        ("pageable", "host-bound: transfers"),
+        ("sync", "host-bound: sync"),
+        ("trainer_cpu", "host-bound: CPU"),
+    ] {
+        assert_eq!(main(label), verdict, "{label}");
+    }
+    let findings = r["findings"].as_array().unwrap();
+    assert_eq!(findings[0]["name"], "/gw-acc-loader_io", "{findings:#?}");
+    let idle: Vec<f64> = findings
+        .iter()
+        .map(|f| f["idle_gpu_hours"].as_f64().unwrap())
+        .collect();
+    assert!(idle.windows(2).all(|p| p[0] >= p[1]), "{idle:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let plots = dir.path().join("plots");
+    let (ok, _, err) = gpuwatch(&["plot", example, "-o", plots.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(plots.join("gpu0-temperature-memory.png").exists());
+    assert!(plots.join("container-gw-acc-loader_io.png").exists());
+}

@@ -1,7 +1,8 @@
 //! CSV recordings (`gpuwatch record`): [`row`] is one row, for the writer and the reader alike;
 //! [`writer`] writes snapshots as rows; [`read`] reads a recording back into series for `plot`
-//! and `report`. Columns are found by name, so a recording from an older gpuwatch with fewer
+//! and `report`, CSV or JSON Lines ([`jsonl`] turns each snapshot into the same rows). Columns are found by name, so a recording from an older gpuwatch with fewer
 //! columns still reads; a malformed cell is an error naming the file, line and column.
+pub mod jsonl;
 pub mod row;
 pub mod writer;
 
@@ -124,13 +125,66 @@ pub enum RecordingError {
     Empty { path: PathBuf },
 }
 
-/// Reads a CSV recording.
+/// Reads a recording, CSV or JSON Lines (told by its first byte: a snapshot starts with `{`).
 pub fn read(path: &Path) -> Result<Recording, RecordingError> {
-    let file = std::fs::File::open(path).map_err(|source| RecordingError::Read {
+    use std::io::BufRead;
+    let io = |source| RecordingError::Read {
         path: path.to_owned(),
         source,
-    })?;
-    parse(file, path)
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut input = std::io::BufReader::new(file);
+    if input.fill_buf().map_err(io)?.first() == Some(&b'{') {
+        parse_jsonl(input, path)
+    } else {
+        parse(input, path)
+    }
+}
+
+/// Parses a JSON Lines recording. A last line without its line break was never finished: it is
+/// left out and named in `cut_off_line`, as in a CSV recording.
+pub fn parse_jsonl(
+    mut input: impl std::io::BufRead,
+    path: &Path,
+) -> Result<Recording, RecordingError> {
+    let malformed = |line: u64, message: String| RecordingError::Malformed {
+        path: path.to_owned(),
+        line,
+        message,
+    };
+    let mut rec = Recording::default();
+    let mut buf = Vec::new();
+    let mut line = 0u64;
+    loop {
+        buf.clear();
+        let n = input
+            .read_until(b'\n', &mut buf)
+            .map_err(|source| RecordingError::Read {
+                path: path.to_owned(),
+                source,
+            })?;
+        if n == 0 {
+            break;
+        }
+        line += 1;
+        if buf.last() != Some(&b'\n') {
+            rec.cut_off_line = Some(line);
+            break;
+        }
+        let text = String::from_utf8_lossy(&buf);
+        if text.trim().is_empty() {
+            continue;
+        }
+        for row in jsonl::rows(&text).map_err(|m| malformed(line, m))? {
+            rec.add(row).map_err(|m| malformed(line, m.to_owned()))?;
+        }
+    }
+    if rec.gpus.is_empty() && rec.workloads.is_empty() {
+        return Err(RecordingError::Empty {
+            path: path.to_owned(),
+        });
+    }
+    Ok(rec)
 }
 
 /// A reader that remembers the last byte it passed on.
