@@ -88,9 +88,10 @@ pub(crate) enum Command {
     /// Summarise a CSV recording per container and per GPU: GPU-hours, memory, utilisation
     /// distribution, verdicts, alerts, OOM headroom, with the charts.
     Report(ReportArgs),
-    /// A live view of GPUs and containers, refreshed every interval (q quits, s sorts, r
-    /// reverses, / filters, g shows GPU holders only). Logging is off while it runs: the
-    /// header shows each source's state.
+    /// A live view of GPUs and containers, refreshed every interval (q quits, ↑↓ select,
+    /// Enter shows the selected one's verdict, evidence and advice, s sorts, r reverses, /
+    /// filters, g shows GPU holders only). Logging is off while it runs: the header shows
+    /// each source's state.
     Top(TopArgs),
     /// Print a shell completion script (e.g. `gpuwatch completions bash >
     /// /etc/bash_completion.d/gpuwatch`).

@@ -30,8 +30,11 @@ impl View {
         self.draw_containers(f, e, containers);
         let help = if self.editing {
             format!("filter: {}▏ (Enter: keep, Esc: clear)", self.filter)
+        } else if self.detail {
+            "Esc closes · ↑↓ another container · q quit".to_owned()
         } else {
-            "q quit · s sort · r reverse · / filter · g GPU holders only".to_owned()
+            "q quit · ↑↓ select · Enter why · s sort · r reverse · / filter · g GPU holders only"
+                .to_owned()
         };
         f.render_widget(Paragraph::new(help), foot);
     }
@@ -145,6 +148,18 @@ impl View {
     fn draw_containers(&self, f: &mut Frame, e: &Published, area: Rect) {
         let s = &e.snapshot;
         let shown = self.rows(&s.workloads);
+        let selected = self.selected.min(shown.len().saturating_sub(1));
+        let (area, detail) = match shown.get(selected).filter(|_| self.detail) {
+            Some(w) => {
+                let [table, why] =
+                    Layout::vertical([Constraint::Min(4), Constraint::Percentage(55)]).areas(area);
+                (table, Some((w, why)))
+            }
+            None => (area, None),
+        };
+        if let Some((w, why_area)) = detail {
+            self.draw_why(f, w, why_area);
+        }
         let rows: Vec<Row> = shown
             .iter()
             .map(|w| self.container_row(w, &e.alerts))
@@ -173,10 +188,28 @@ impl View {
         let header = [
             "NAME", "IMAGE", "SERVICE", "GPU MEM", "BUSY", "VERDICT", "ALERTS",
         ];
-        f.render_widget(
+        let mut state = ratatui::widgets::TableState::default().with_selected(Some(selected));
+        f.render_stateful_widget(
             Table::new(rows, widths)
                 .header(Row::new(header).style(self.bold()))
+                .row_highlight_style(self.style(Style::default().add_modifier(Modifier::REVERSED)))
                 .block(Block::default().borders(Borders::ALL).title(title)),
+            area,
+            &mut state,
+        );
+    }
+
+    /// The selected workload's verdict, evidence and advice, as `gpuwatch why` prints them.
+    fn draw_why(&self, f: &mut Frame, w: &Workload, area: Rect) {
+        let text = crate::output::why::render(&[w]);
+        f.render_widget(
+            Paragraph::new(text)
+                .wrap(ratatui::widgets::Wrap { trim: false })
+                .block(
+                    Block::default()
+                        .borders(Borders::ALL)
+                        .title(" Why (Esc closes) "),
+                ),
             area,
         );
     }

@@ -49,6 +49,10 @@ pub struct View {
     /// Only workloads holding a GPU.
     pub gpu_only: bool,
     pub color: bool,
+    /// The highlighted row of the container table (kept within the rows when drawn).
+    pub selected: usize,
+    /// The highlighted row's verdict, evidence and advice are shown (Enter; Esc closes).
+    pub detail: bool,
 }
 
 impl View {
@@ -60,6 +64,8 @@ impl View {
             editing: false,
             gpu_only: false,
             color,
+            selected: 0,
+            detail: false,
         }
     }
 
@@ -84,6 +90,10 @@ impl View {
             return true;
         }
         match k.code {
+            KeyCode::Esc if self.detail => self.detail = false,
+            KeyCode::Enter => self.detail = !self.detail,
+            KeyCode::Down | KeyCode::Char('j') => self.selected = self.selected.saturating_add(1),
+            KeyCode::Up | KeyCode::Char('k') => self.selected = self.selected.saturating_sub(1),
             KeyCode::Char('q') | KeyCode::Esc => return false,
             KeyCode::Char('s') => self.sort = self.sort.next(),
             KeyCode::Char('r') => self.reverse = !self.reverse,
@@ -225,5 +235,50 @@ mod tests {
         assert!(text.contains("filter \"SMALL\""), "{text}");
         assert!(text.contains("Fake") || text.contains("Test GPU"), "{text}");
         assert!(!v.key(key(KeyCode::Char('q'))));
+    }
+
+    #[test]
+    fn enter_shows_the_selected_containers_why_and_esc_closes_it() {
+        let judged = |name: &str, memory: u64, advice: &str| {
+            let mut w = container(name);
+            w.gpu.processes = 1;
+            w.gpu.memory_bytes = memory;
+            w.verdict = Some(crate::health::conditions::testing::verdict(
+                crate::model::VerdictKind::InputBoundIo,
+                advice,
+            ));
+            w
+        };
+        let e = Published {
+            snapshot: snapshot(
+                0,
+                vec![gpu(0)],
+                vec![
+                    judged("first", 4 << 30, "advice of the first"),
+                    judged("second", 2 << 30, "cache the dataset in RAM"),
+                ],
+            ),
+            alerts: Vec::new(),
+            xid_totals: BTreeMap::new(),
+            accounting: Default::default(),
+        };
+        let mut v = View::new(false);
+        assert!(v.key(key(KeyCode::Down)));
+        assert!(v.key(key(KeyCode::Enter)));
+        let text = screen(&v, &e);
+        assert!(text.contains("Why (Esc closes)"), "{text}");
+        assert!(text.contains("advice: cache the dataset in RAM"), "{text}");
+        assert!(!text.contains("advice of the first"), "{text}");
+        // Esc closes the detail; a second Esc quits.
+        assert!(v.key(key(KeyCode::Esc)));
+        assert!(!screen(&v, &e).contains("Why (Esc closes)"));
+        assert!(!v.key(key(KeyCode::Esc)));
+        // Past the last row, the last stays selected.
+        let mut v = View::new(false);
+        for _ in 0..5 {
+            v.key(key(KeyCode::Down));
+        }
+        v.key(key(KeyCode::Enter));
+        assert!(screen(&v, &e).contains("cache the dataset in RAM"));
     }
 }
