@@ -44,10 +44,19 @@ fn csv_has_a_row_per_sample_per_gpu_and_per_container() {
     .unwrap();
     assert!(status.success());
     let text = std::fs::read_to_string(&out).unwrap();
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    // Read as CSV: the advice cells hold commas, quoted.
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let header: Vec<String> = reader
+        .headers()
+        .unwrap()
+        .iter()
+        .map(str::to_owned)
+        .collect();
     assert_eq!(header[0], "timestamp");
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let rows: Vec<Vec<String>> = reader
+        .records()
+        .map(|r| r.unwrap().iter().map(str::to_owned).collect())
+        .collect();
     assert!(rows.iter().all(|r| r.len() == header.len()), "{text}");
     let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
     let gpu_rows: Vec<_> = rows.iter().filter(|r| r[col("record")] == "gpu").collect();
