@@ -23,9 +23,7 @@ BIN=$PWD/.device
 mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
 . tests/gpu/docker_up.sh
 python3 tests/gpu/util_recorder.py "$OUT/util.json" & REC=$!
-cmd() { echo "$2" > "$OUT/jobs/$1.cmd.tmp" && mv "$OUT/jobs/$1.cmd.tmp" "$OUT/jobs/$1.cmd"; }
-done_wait() { for _ in $(seq 120); do [ -f "$OUT/jobs/$1" ] && return; sleep 0.5; done; echo "no $1"; }
-ready() { for _ in $(seq 240); do [ -f "$OUT/jobs/$1.ready" ] && return; sleep 0.5; done; echo "$1 never ready"; }
+. tests/gpu/duty_jobs.sh
 loader_container() { # name truth-file: loader_job.py in a container, its disk reads throttled
   docker run -d --name "$1" --label com.docker.compose.service=loader -e PHASE_S="$PHASE_S" \
     --device-read-bps "$DISK:20mb" -v "$OUT:/out" $GPU_RUN \

@@ -20,9 +20,7 @@ mkdir -p "$OUT/jobs"
 BIN=$PWD/.device
 mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
 . tests/gpu/docker_up.sh
-cmd() { echo "$2" > "$OUT/jobs/$1.cmd.tmp" && mv "$OUT/jobs/$1.cmd.tmp" "$OUT/jobs/$1.cmd"; }
-done_wait() { for _ in $(seq 120); do [ -f "$OUT/jobs/$1" ] && return; sleep 0.5; done; echo "no $1"; }
-ready() { for _ in $(seq 240); do [ -f "$OUT/jobs/$1.ready" ] && return; sleep 0.5; done; echo "$1 never ready"; }
+. tests/gpu/duty_jobs.sh
 duty() { docker run -d --name "gw-$1" -v "$OUT:/out" $GPU_RUN python3 tests/gpu/duty_job.py /out/jobs "$1" > /dev/null; }
 
 mix() { # tag seconds name=duty...

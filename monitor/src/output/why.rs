@@ -134,27 +134,15 @@ fn wrap(s: &str, first: &str, rest: &str, out: &mut String) {
 mod tests {
     use super::*;
     use crate::model::test_support::{container, snapshot};
-    use crate::model::{Verdict, VerdictBasis, VerdictKind, WorkloadGpuShare};
+    use crate::model::{VerdictKind, WorkloadGpuShare};
 
     fn judged(name: &str, kind: VerdictKind, advice: &str) -> Workload {
         let mut w = container(name);
         w.gpu.per_gpu.push(WorkloadGpuShare::new(0, None));
-        w.verdict = Some(Verdict {
-            kind,
-            basis: VerdictBasis::StallTracing,
-            gpu_busy_fraction: 0.12,
-            gpu_idle_fraction: 0.88,
-            input_bound_share: None,
-            trainer_wait_fraction: None,
-            sm_activity_fraction: None,
-            loader: None,
-            host: None,
-            host_bound_share: None,
-            cpu_throttled_fraction: None,
-            contention: None,
-            evidence: vec!["loader blocked on I/O 91% of its busy time".into()],
-            advice: advice.into(),
-        });
+        let mut v = crate::health::conditions::testing::verdict(kind, advice);
+        v.gpu_busy_fraction = 0.12;
+        v.evidence = vec!["loader blocked on I/O 91% of its busy time".into()];
+        w.verdict = Some(v);
         w
     }
 
