@@ -5,14 +5,23 @@
 //! behind theirs (the driver time-slices between processes): the verdict says so, with their
 //! names and parts, instead of calling the wait the host's or nobody's.
 use crate::model::{Contention, Gpu, IdleGpu, OtherHolder, SplitMethod, Workload, WorkloadId};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+
+/// Each workload's name by its id, made once per round: a shared GPU's holders are looked up
+/// in it for every workload on it.
+pub type Names<'a> = HashMap<&'a WorkloadId, &'a str>;
+
+/// The names of `workloads`.
+pub fn names(workloads: &[Workload]) -> Names<'_> {
+    workloads.iter().map(|w| (&w.id, w.name.as_str())).collect()
+}
 
 /// A GPU counts as busy with another holder's work from this part of the window.
 const OTHER_ACTIVE_MIN: f64 = 0.01;
 
 /// Who else kept `w`'s GPUs busy, or `None` when no other holder did (or the window's busy
 /// shares are unknown).
-pub fn contention(w: &Workload, workloads: &[Workload], gpus: &[Gpu]) -> Option<Contention> {
+pub fn contention(w: &Workload, names: &Names<'_>, gpus: &[Gpu]) -> Option<Contention> {
     let mut device = Vec::new();
     let mut own = Vec::new();
     let mut split: Option<SplitMethod> = None;
@@ -30,7 +39,7 @@ pub fn contention(w: &Workload, workloads: &[Workload], gpus: &[Gpu]) -> Option<
         let Some(g) = gpus.iter().find(|g| g.device.index == share.index) else {
             continue;
         };
-        let holders = other_holders(&w.id, g, workloads);
+        let holders = other_holders(&w.id, g, names);
         if holders.is_empty() {
             continue;
         }
@@ -62,15 +71,14 @@ pub fn contention(w: &Workload, workloads: &[Workload], gpus: &[Gpu]) -> Option<
 
 /// The other holders of `g` that may have kept it busy: each other workload with its part
 /// summed over its processes, and each process attributed to none.
-fn other_holders(ours: &WorkloadId, g: &Gpu, workloads: &[Workload]) -> Vec<OtherHolder> {
+fn other_holders(ours: &WorkloadId, g: &Gpu, names: &Names<'_>) -> Vec<OtherHolder> {
     let mut parts: BTreeMap<String, Option<f64>> = BTreeMap::new();
     for p in &g.processes {
         let name = match &p.workload {
             Some(id) if id == ours => continue,
-            Some(id) => workloads
-                .iter()
-                .find(|o| &o.id == id)
-                .map_or_else(|| id.to_string(), |o| o.name.clone()),
+            Some(id) => names
+                .get(id)
+                .map_or_else(|| id.to_string(), |n| (*n).to_owned()),
             None => format!("pid {}", p.reading.pid),
         };
         let part = parts.entry(name).or_insert(Some(0.0));
@@ -148,7 +156,7 @@ mod tests {
     #[test]
     fn each_holder_sees_the_others_and_the_parts_add_up_to_the_device() {
         let (workloads, gpus) = three_way();
-        let c = contention(&workloads[2], &workloads, &gpus).expect("shared");
+        let c = contention(&workloads[2], &names(&workloads), &gpus).expect("shared");
         assert_eq!(c.own_fraction, 0.10);
         assert!((c.others_fraction - 0.84).abs() < 1e-9);
         assert!((c.own_fraction + c.others_fraction - c.device_busy_fraction).abs() < 1e-9);
@@ -181,17 +189,17 @@ mod tests {
         for w in &mut workloads {
             w.gpu.per_gpu[0].split = Some(SplitMethod::SoleActiveHolder);
         }
-        assert_eq!(contention(&workloads[0], &workloads, &gpus), None);
+        assert_eq!(contention(&workloads[0], &names(&workloads), &gpus), None);
         // Others holding memory and running nothing this window are not listed.
         let (workloads, mut gpus) = three_way();
         for p in &mut gpus[0].processes[1..] {
             p.busy_fraction = Some(0.0);
         }
-        assert_eq!(contention(&workloads[0], &workloads, &gpus), None);
+        assert_eq!(contention(&workloads[0], &names(&workloads), &gpus), None);
         // An unknown part is listed as unknown, not left out.
         let (workloads, mut gpus) = three_way();
         gpus[0].processes[1].busy_fraction = None;
-        let c = contention(&workloads[0], &workloads, &gpus).unwrap();
+        let c = contention(&workloads[0], &names(&workloads), &gpus).unwrap();
         assert_eq!(c.others[0].name, "share-mid");
         assert_eq!(c.others[0].busy_fraction, None);
     }

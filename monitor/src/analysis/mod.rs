@@ -25,10 +25,11 @@ pub struct AnalysisConfig {
 /// Fills in each workload's verdict and OOM headroom.
 pub fn judge(snap: &mut Snapshot, config: &AnalysisConfig) {
     let window = snap.window_seconds.filter(|w| *w > 0.0);
+    let names = contention::names(&snap.workloads);
     let shared: Vec<_> = snap
         .workloads
         .iter()
-        .map(|w| contention::contention(w, &snap.workloads, &snap.gpus))
+        .map(|w| contention::contention(w, &names, &snap.gpus))
         .collect();
     for (w, shared) in snap.workloads.iter_mut().zip(shared) {
         w.verdict = verdict::assess(w, window, &snap.sources.ebpf, shared, &config.verdict);
