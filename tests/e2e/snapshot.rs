@@ -833,34 +833,24 @@ fn gpu_selects_the_gpus_shown_and_the_containers_on_them() {
     require_root();
     let a = Container::start(&unique("on-gpu0"), &[], "sleep 3600");
     let b = Container::start(&unique("on-gpu1"), &[], "sleep 3600");
+    let devices = json!({"devices": [
+        {"uuid": "GPU-00000000-0000-0000-0000-0000000000d0", "processes": [{"pid": a.pid, "used_memory_bytes": GIB, "sm_util": 40}]},
+        {"uuid": "GPU-00000000-0000-0000-0000-0000000000d1", "processes": [{"pid": b.pid, "used_memory_bytes": GIB, "sm_util": 60}]}]});
     let dir = tempfile::tempdir().unwrap();
     let scenario = dir.path().join("scenario.json");
-    std::fs::write(
-        &scenario,
-        json!({"devices": [
-            {"uuid": "GPU-00000000-0000-0000-0000-0000000000d0", "processes": [{"pid": a.pid, "used_memory_bytes": GIB, "sm_util": 40}]},
-            {"uuid": "GPU-00000000-0000-0000-0000-0000000000d1", "processes": [{"pid": b.pid, "used_memory_bytes": GIB, "sm_util": 60}]}]})
-        .to_string(),
-    )
-    .unwrap();
-    let out = gpuwatch_on(&scenario)
-        .args([
-            "snapshot",
-            "--json",
+    std::fs::write(&scenario, devices.to_string()).unwrap();
+    let run = snapshot(
+        &devices,
+        &[
             "--window",
             "1s",
             "--no-ebpf",
             "-i",
             "GPU-00000000-0000-0000-0000-0000000000d1",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
     );
-    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(run.status.success(), "{}", run.stderr);
+    let s = &run.json;
     let gpus: Vec<&str> = s["gpus"]
         .as_array()
         .unwrap()
