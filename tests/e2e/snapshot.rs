@@ -851,20 +851,20 @@ fn gpu_selects_the_gpus_shown_and_the_containers_on_them() {
     );
     assert!(run.status.success(), "{}", run.stderr);
     let s = &run.json;
-    let gpus: Vec<&str> = s["gpus"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|g| g["uuid"].as_str().unwrap())
-        .collect();
-    assert_eq!(gpus, ["GPU-00000000-0000-0000-0000-0000000000d1"]);
-    let names: Vec<&str> = s["workloads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|w| w["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, [b.name.as_str()]);
+    // The `field` of each entry of the list `list`.
+    let each = |list: &str, field: &str| -> Vec<String> {
+        s[list]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x[field].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        each("gpus", "uuid"),
+        ["GPU-00000000-0000-0000-0000-0000000000d1"]
+    );
+    assert_eq!(each("workloads", "name"), [b.name.as_str()]);
 
     let csv = dir.path().join("rec.csv");
     let out = gpuwatch_on(&scenario)

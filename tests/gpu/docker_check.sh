@@ -16,14 +16,9 @@
 # which measures it, is left out. Evidence goes to $OUT.
 set -uo pipefail
 STAGES=${STAGES:-lone share spin loader shm}
-want() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
 OUT=${OUT:-/tmp/gpuwatch-docker-check}
-mkdir -p "$OUT/jobs"
-BIN=$PWD/.device
-mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
-. tests/gpu/docker_up.sh
+. tests/gpu/docker_jobs.sh
 python3 tests/gpu/util_recorder.py "$OUT/util.json" & REC=$!
-. tests/gpu/duty_jobs.sh
 loader_container() { # name truth-file: loader_job.py in a container, its disk reads throttled
   docker run -d --name "$1" --label com.docker.compose.service=loader -e PHASE_S="$PHASE_S" \
     --device-read-bps "$DISK:20mb" -v "$OUT:/out" $GPU_RUN \

@@ -14,13 +14,8 @@
 # Evidence goes to $OUT.
 set -uo pipefail
 STAGES=${STAGES:-three two quota pressure memory}
-want() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
 OUT=${OUT:-/tmp/gpuwatch-shared-check}
-mkdir -p "$OUT/jobs"
-BIN=$PWD/.device
-mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
-. tests/gpu/docker_up.sh
-. tests/gpu/duty_jobs.sh
+. tests/gpu/docker_jobs.sh
 duty() { docker run -d --name "gw-$1" -v "$OUT:/out" $GPU_RUN python3 tests/gpu/duty_job.py /out/jobs "$1" > /dev/null; }
 
 mix() { # tag seconds name=duty...
