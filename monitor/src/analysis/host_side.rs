@@ -16,7 +16,11 @@
 //! largest one over its threshold is the verdict; the loop's own CPU work is launches or CPU by
 //! its time per kernel launched. Without them (the probes attach only while a
 //! GPU idles under a busy trainer, so the first such window has none), PCIe traffic says
-//! transfers, kernels that keep almost no SMs busy say launches, and a busy trainer says CPU.
+//! transfers, kernels that keep almost no SMs busy say launches, and a trainer busy beyond the
+//! GPU's busy time for at least `step_busy_min` of the GPU's idle time says CPU: untraced, the loop's spin in synchronisations cannot be told from
+//! its own work, and it spins while the GPU runs its kernels or another process's (on an H100
+//! host, a job bursting matmuls 50 % of the time beside two others spun 50 % of the window
+//! with the device busy 49 %: it was called host-bound before this bound).
 //!
 //! Measured on an H100 host (tests/gpu/cuda_calls.py): a pageable-copy step spent 66 % copying
 //! at 5.1 GB/s of PCIe receive; a one-element-kernel loop launched 116 k kernels/s (2.7 µs of GPU
@@ -59,7 +63,13 @@ pub fn host_side(w: &Workload, window: f64, busy: f64, pcie: Option<f64>) -> Opt
         .map(|c| c.total.launches)
         .filter(|l| *l > 0)
         .map(|l| busy * window * 1e6 / l as f64);
-    let own_cpu = (trainer_busy - copy_share.unwrap_or(0.0) - sync_share.unwrap_or(0.0)).max(0.0);
+    let device_busy = device_busy(w, busy);
+    let own_cpu = match (copy_share, sync_share) {
+        (Some(copy), Some(sync)) => (trainer_busy - copy - sync).max(0.0),
+        // Untraced, its synchronisations are unseen, and PyTorch's spin while the GPU runs its
+        // kernels, or another process's: only the busy time beyond the GPU's is surely its own.
+        _ => (trainer_busy - device_busy).max(0.0),
+    };
     // per main thread: each process's loop launches its own kernels
     let host_us_per_launch = launches
         .filter(|l| *l > 0.0)
@@ -67,6 +77,7 @@ pub fn host_side(w: &Workload, window: f64, busy: f64, pcie: Option<f64>) -> Opt
     Some(HostSide {
         cuda_traced: cuda.is_some(),
         trainer_busy_fraction: trainer_busy,
+        device_busy_fraction: device_busy,
         copy_share,
         sync_share,
         sync_idle_share: sync_share.map(|s| (s - busy).max(0.0)),
@@ -76,6 +87,22 @@ pub fn host_side(w: &Workload, window: f64, busy: f64, pcie: Option<f64>) -> Opt
         own_cpu_share: own_cpu,
         pcie_bytes_per_second: pcie,
     })
+}
+
+/// The GPU's busy share, all holders together, over the workload's GPUs (its own where the
+/// device's is unknown).
+pub fn device_busy(w: &Workload, own: f64) -> f64 {
+    let device: Vec<f64> = w
+        .gpu
+        .per_gpu
+        .iter()
+        .filter_map(|g| g.device_busy_fraction)
+        .collect();
+    if device.is_empty() {
+        own
+    } else {
+        (device.iter().sum::<f64>() / device.len() as f64).max(own)
+    }
 }
 
 /// The host-side cause of a GPU that idles, with its share of the window (`None` where the
@@ -121,11 +148,14 @@ pub fn cause(
     }
     let tiny_kernels =
         busy >= config.idle_busy_max && sm_activity.is_some_and(|s| s < config.sm_active_min);
-    Some(if tiny_kernels {
-        (VerdictKind::HostLaunches, None)
-    } else {
-        (VerdictKind::HostCpu, Some(h.own_cpu_share))
-    })
+    if tiny_kernels {
+        return Some((VerdictKind::HostLaunches, None));
+    }
+    // Its work beyond the GPU's busy time falls in the GPU's idle time: the cause when it fills
+    // `step_busy_min` of that.
+    let device_idle = (1.0 - h.device_busy_fraction).max(0.0);
+    (device_idle > 0.0 && h.own_cpu_share >= config.step_busy_min * device_idle)
+        .then_some((VerdictKind::HostCpu, Some(h.own_cpu_share)))
 }
 
 /// Whether the loop's own CPU work is issuing kernels: a few µs of it per launch, and the GPU

@@ -320,7 +320,8 @@ pub struct GpuProcess {
     /// In uninterruptible sleep (D) at two checks with no CPU time between: stuck, holding its
     /// GPU memory and computing nothing.
     pub stuck: bool,
-    /// Host CPU seconds in the window, measured for processes on GPUs several workloads share.
+    /// Host CPU seconds in the window, measured for processes on GPUs several workloads share
+    /// and, without stall tracing, for all of them.
     pub host_cpu_seconds: Option<f64>,
     /// The driver's per-process SM figure over the last span it was asked for (shared GPUs).
     pub driver_sm_percent: Option<u32>,
@@ -528,6 +529,18 @@ pub struct WorkloadGpu {
     /// round, or when no GPU's share is known.
     pub busy_fraction: Option<f64>,
     pub per_gpu: Vec<WorkloadGpuShare>,
+    /// Host CPU time of its GPU processes in the window (each process once), when every one of
+    /// them was measured: every round on shared GPUs and without stall tracing, where it tells
+    /// the training loop's CPU work from the loader's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process_cpu: Option<ProcessCpu>,
+}
+
+/// Host CPU time of a workload's GPU processes over a window.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct ProcessCpu {
+    pub seconds: f64,
+    pub processes: usize,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -119,6 +119,9 @@ pub struct HostSide {
     /// The training loop's share of the window on a CPU or waiting for one (mean over the GPU
     /// processes' main threads).
     pub trainer_busy_fraction: f64,
+    /// The busy share of its GPUs, all their holders together (mean over its GPUs): what an
+    /// untraced loop may have spent spinning in synchronisations.
+    pub device_busy_fraction: f64,
     /// Its share of the window in copies between host and GPU (in the calls and waiting for
     /// them).
     pub copy_share: Option<f64>,
@@ -135,7 +138,8 @@ pub struct HostSide {
     pub gpu_us_per_launch: Option<f64>,
     /// The training loop's own work on the CPU: its busy share less the time in copies and
     /// synchronisations (a thread spinning in a synchronise is on a CPU). Issuing kernels is
-    /// part of it.
+    /// part of it. Without the CUDA calls traced, its busy share beyond the GPU's busy time:
+    /// the part that surely is not a spin.
     pub own_cpu_share: f64,
     /// PCIe traffic of its GPUs, both directions, bytes per second, when measured.
     pub pcie_bytes_per_second: Option<f64>,

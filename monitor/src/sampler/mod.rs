@@ -26,8 +26,8 @@ use crate::events::{EventCounters, InternalEvent};
 use crate::heartbeat::{Heartbeat, Step};
 use crate::model::{ContainerInfo, DeviceReading, WorkloadId, WorkloadKind};
 use crate::model::{
-    CpuUsage, Gpu, GpuProcess, HostInfo, MemoryUsage, Pressure, PressureTotals, Snapshot,
-    SourceState, Sources, Workload, WorkloadGpu, WorkloadGpuShare, SCHEMA_VERSION,
+    CpuUsage, Gpu, GpuProcess, HostInfo, MemoryUsage, Pressure, PressureTotals, ProcessCpu,
+    Snapshot, SourceState, Sources, Workload, WorkloadGpu, WorkloadGpuShare, SCHEMA_VERSION,
 };
 use crate::sources::docker::DockerCache;
 use crate::sources::gpu::{GpuSource, GpuSourceConfig};
@@ -38,7 +38,7 @@ pub use gpu_open::{DRIVER_LIST_CHECK_EVERY, GPU_RETRY_FIRST, GPU_RETRY_MAX};
 use pending::{Completion, Fetched, PendingRound};
 use process_checks::ProcessChecks;
 use stalls::Stalls;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -372,12 +372,19 @@ impl Sampler {
                 g.relist(x.device.index);
             }
         }
+        // Without stall tracing, the GPU processes' CPU time is what tells the training loop's
+        // work from the loader's: measured every round then, as on shared GPUs.
         let shared_gpus: Vec<u32> = gpus
             .iter()
             .filter(|g| is_shared(g))
             .map(|g| g.device.index)
             .collect();
-        self.check_processes(&mut gpus, &shared_gpus);
+        let every_round: Vec<u32> = if self.stalls.source_state().up {
+            shared_gpus.clone()
+        } else {
+            gpus.iter().map(|g| g.device.index).collect()
+        };
+        self.check_processes(&mut gpus, &every_round);
         let docker_state = self.docker_state();
         let window = window_seconds.filter(|w| *w > 0.0);
         let mut workloads = self.workloads(&docker_state);
@@ -547,14 +554,15 @@ impl Sampler {
         }
     }
 
-    /// State, stuck-ness and host CPU of the GPU processes: every round on shared GPUs (the
-    /// split's evidence), in rotation on the others (the ghost rule's).
-    fn check_processes(&mut self, gpus: &mut [Gpu], shared: &[u32]) {
+    /// State, stuck-ness and host CPU of the GPU processes: every round on the GPUs in
+    /// `every_round` (shared ones: the split's evidence), in rotation on the others (the ghost
+    /// rule's).
+    fn check_processes(&mut self, gpus: &mut [Gpu], every_round: &[u32]) {
         // Each PID once, however many GPUs it holds (a DDP rank holds them all).
         let mut every = PidSet::default();
         let mut others = PidSet::default();
         for g in gpus.iter() {
-            let list = if shared.contains(&g.device.index) {
+            let list = if every_round.contains(&g.device.index) {
                 &mut every
             } else {
                 &mut others
@@ -844,7 +852,36 @@ fn join_gpu_holders(
             add_gpu_share(&mut w.gpu, gpu, p);
         }
     }
+    for w in workloads.values_mut() {
+        w.gpu.process_cpu = process_cpu(w, gpus);
+    }
     gpu_pids
+}
+
+/// The host CPU time of a workload's GPU processes (each PID once, however many GPUs it
+/// holds), when every one of them was measured this round.
+fn process_cpu(w: &Workload, gpus: &[Gpu]) -> Option<ProcessCpu> {
+    let pids: BTreeSet<u32> = w
+        .gpu
+        .per_gpu
+        .iter()
+        .flat_map(|s| s.pids.iter().copied())
+        .collect();
+    if pids.is_empty() {
+        return None;
+    }
+    let mut seconds = 0.0;
+    for pid in &pids {
+        let p = gpus
+            .iter()
+            .flat_map(|g| &g.processes)
+            .find(|p| p.reading.pid == *pid && p.workload.as_ref() == Some(&w.id))?;
+        seconds += p.host_cpu_seconds?;
+    }
+    Some(ProcessCpu {
+        seconds,
+        processes: pids.len(),
+    })
 }
 
 fn is_shared(g: &Gpu) -> bool {
