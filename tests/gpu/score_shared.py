@@ -32,7 +32,21 @@ def done_at(job, t):
     return na + (nb - na) * (t - ta) / (tb - ta)
 
 
-stats = {name: {"rows": 0, "part": 0.0, "own": 0.0, "abs": 0.0, "max": 0.0, "kinds": {}} for name in jobs}
+stats = {name: {"rows": 0, "part": 0.0, "own": 0.0, "abs": 0.0, "max": 0.0, "kinds": {}, "driver_abs": 0.0, "driver_rows": 0} for name in jobs}
+
+
+def driver_parts(r, by_name, device):
+    """The other split, for comparison: the driver's per-process SM figures, normalised to the
+    device's busy share; None when it credited nobody."""
+    procs = r["gpus"][0].get("processes") or []
+    pct = {}
+    for name in jobs:
+        wid = by_name[name].get("id")
+        pct[name] = sum(p.get("driver_sm_percent") or 0 for p in procs if p.get("workload") == wid)
+    total = sum(pct.values())
+    if not total or device is None:
+        return None
+    return {n: device * v / total for n, v in pct.items()}
 sum_max, steady = 0.0, 0
 for r in rows:
     b = r["taken_at_unix_ms"] / 1000
@@ -59,17 +73,24 @@ for r in rows:
         kind = (by_name[name].get("verdict") or {}).get("kind", "-")
         s["kinds"][kind] = s["kinds"].get(kind, 0) + 1
         parts.append(part)
+    drv = driver_parts(r, by_name, device)
+    if drv is not None:
+        for name, job in jobs.items():
+            own = (done_at(job, b) - done_at(job, a)) * job["solo_matmul_s"] / (b - a)
+            stats[name]["driver_abs"] += abs(drv[name] - own)
+            stats[name]["driver_rows"] += 1
     if device is not None and len(parts) == len(jobs):
         steady += 1
         sum_max = max(sum_max, abs(sum(parts) - device))
 bad = False
-print(f"{'container':<22} {'rows':>4} {'part':>6} {'own':>6} {'mean |err| pp':>13} {'max pp':>6}  verdicts")
+print(f"{'container':<22} {'rows':>4} {'part':>6} {'own':>6} {'mean |err| pp':>13} {'max pp':>6} {'driver split pp':>15}  verdicts")
 for name, s in stats.items():
     n = max(s["rows"], 1)
     mean_err = s["abs"] / n * 100
     bad |= s["rows"] == 0 or mean_err > 10
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(s["kinds"].items(), key=lambda kv: -kv[1]))
-    print(f"{name:<22} {s['rows']:>4} {s['part'] / n:>6.3f} {s['own'] / n:>6.3f} {mean_err:>13.1f} {s['max'] * 100:>6.1f}  {kinds}")
+    drv = f"{s['driver_abs'] / s['driver_rows'] * 100:.1f} ({s['driver_rows']})" if s["driver_rows"] else "-"
+    print(f"{name:<22} {s['rows']:>4} {s['part'] / n:>6.3f} {s['own'] / n:>6.3f} {mean_err:>13.1f} {s['max'] * 100:>6.1f} {drv:>15}  {kinds}")
 print(f"steady rows {steady}: parts vs device busy, worst row {sum_max * 100:.2f} pp")
 bad |= steady == 0 or sum_max > 0.02
 sys.exit(1 if bad else 0)

@@ -40,8 +40,9 @@ PY
 }
 
 if want three || want two; then
-  duty hi; duty mid; duty lo
-  ready hi; ready mid; ready lo
+  # One at a time: each job times one matmul alone, its ground truth's unit (started together,
+  # three timed theirs at once and their own GPU time summed to 1.57 of a GPU 50 % busy).
+  duty hi; ready hi; duty mid; ready mid; duty lo; ready lo
 fi
 if want three; then
   echo "== three: 50 %, 30 %, 10 % duty on one GPU"
@@ -62,11 +63,14 @@ if want quota; then
   sleep 6
   $BIN/gpuwatch record --interval 1s --duration 20s --format jsonl -o "$OUT/quota.jsonl" 2> "$OUT/quota.err" &
   REC=$!
+  $BIN/gpuwatch record --no-ebpf --interval 1s --duration 20s --format jsonl -o "$OUT/quota_plain.jsonl" 2>> "$OUT/quota.err" &
+  PLAIN=$!
   for i in 1 2 3; do
     $BIN/gpuwatch doctor --json --window 3s > "$OUT/quota_doctor_$i.json" 2>> "$OUT/quota.err"
     sleep 2
   done
-  wait $REC
+  wait $REC $PLAIN
+  python3 tests/gpu/compare_basis.py "$OUT/quota.jsonl" "$OUT/quota_plain.jsonl" gw-quota
   python3 - "$OUT" <<'PY'
 import json, sys
 out = sys.argv[1]
@@ -100,29 +104,7 @@ if want pressure; then
   docker wait gw-psi > /dev/null
   kill -INT $A $B; wait $A $B
   docker logs gw-psi > "$OUT/psi.log" 2>&1
-  python3 - "$OUT" <<'PY'
-import json, sys
-out = sys.argv[1]
-def kinds(path):
-    got = {}
-    for l in open(path):
-        if not l.strip():
-            continue
-        r = json.loads(l)
-        w = next((w for w in r["workloads"] if w["name"] == "gw-psi"), None)
-        if w and w.get("verdict"):
-            got[round(r["taken_at_unix_ms"] / 1000)] = (w["verdict"]["kind"], w["verdict"]["basis"], w.get("pressure"))
-    return got
-a, b = kinds(f"{out}/psi_ebpf.jsonl"), kinds(f"{out}/psi_plain.jsonl")
-both = sorted(set(a) & set(b))
-agree = sum(a[t][0] == b[t][0] for t in both)
-print(f"rows in both {len(both)}: pressure verdict agrees with eBPF in {agree} ({agree / max(len(both), 1):.0%})")
-pairs = {}
-for t in both:
-    pairs[(a[t][0], b[t][0])] = pairs.get((a[t][0], b[t][0]), 0) + 1
-for (x, y), n in sorted(pairs.items(), key=lambda kv: -kv[1]):
-    print(f"  eBPF {x:<22} pressure {y:<22} {n}")
-PY
+  python3 tests/gpu/compare_basis.py "$OUT/psi_ebpf.jsonl" "$OUT/psi_plain.jsonl" gw-psi
   docker rm -f gw-psi > /dev/null
 fi
 
@@ -130,6 +112,8 @@ if want memory; then
   echo "== memory: --memory 2g, 3 GiB of files read with ordinary reads"
   mkdir -p /tmp/gw-memdata
   for i in 0 1 2; do [ -f /tmp/gw-memdata/$i.bin ] || head -c 1073741824 /dev/urandom > /tmp/gw-memdata/$i.bin; done
+  # Out of the host's page cache, so the container's reads fill its own (charged to its cgroup).
+  sync; echo 3 > /proc/sys/vm/drop_caches
   docker run -d --name gw-mem --memory 2g -v /tmp/gw-memdata:/data:ro -v "$OUT:/out" $GPU_RUN python3 -c "
 import torch, time, threading
 a = torch.randn(4096, 4096, device='cuda')
