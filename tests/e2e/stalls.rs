@@ -217,6 +217,50 @@ fn io_cpu_and_gpu_bound_containers_get_their_verdicts() {
     }
 }
 
+/// Without eBPF, a loader busy on free cores puts no task in the run queue, so pressure cannot
+/// see it (an H100 host: 2.05 CPUs of DataLoader workers, 0.01 % CPU pressure, the GPU idle
+/// 94 %): the CPU times of the GPU process and the rest of the container tell it.
+#[test]
+fn without_ebpf_a_loader_busy_on_free_cores_is_told_from_cpu_times() {
+    require_root();
+    let _cpu = cpu_timed();
+    let state = tempfile::tempdir().unwrap();
+    let sm = state.path().join("sm");
+    std::fs::write(&sm, "0\n").unwrap();
+    let c = Container::start_with(
+        &unique("free-cores"),
+        &[],
+        &["-v", &format!("{}:/state", state.path().display())],
+        &script(
+            "while :; do i=0; while [ $i -lt 16000 ]; do i=$((i+1)); done; echo b; done",
+            1,
+        ),
+    );
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let scenario = json!({"devices": [{"uuid": "GPU-free", "processes": [
+        {"pid": c.pid, "used_memory_bytes": 2 * GIB, "sm_util_file": sm}
+    ]}]});
+    let run = snapshot(&scenario, &["--window", "3s", "--no-ebpf"]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let w = workload(&run.json, &format!("docker:{}", c.id));
+    let v = &w["verdict"];
+    eprintln!(
+        "without eBPF: {} from {}; pressure {}; cpu {}; GPU processes {}",
+        v["kind"], v["basis"], w["pressure"], w["cpu"]["cores"], w["gpu"]["process_cpu"]
+    );
+    assert!(f(&w["pressure"], "cpu_some") < 0.3, "{:#}", w["pressure"]);
+    assert_eq!(v["kind"], "input-bound: CPU", "{v:#}");
+    assert_eq!(v["basis"], "pressure", "{v:#}");
+    assert!(v["advice"].as_str().unwrap().contains("CPU times"), "{v:#}");
+    // The trainer spins while it "computes", as a CUDA loop spins in a synchronisation: its
+    // CPU time is about the GPU's busy time, none of it beyond; the rest of the container, the
+    // loader, used more than half a CPU.
+    let gpu_cpu = f(&w["gpu"]["process_cpu"], "seconds") / 3.0;
+    let busy = f(v, "gpu_busy_fraction");
+    assert!(gpu_cpu - busy < 0.2, "{gpu_cpu} against busy {busy}");
+    assert!(f(&w["cpu"], "cores") - gpu_cpu >= 0.5, "{:#}", w["cpu"]);
+}
+
 #[test]
 fn a_container_that_stops_mid_window_keeps_its_partial_window() {
     require_root();
