@@ -581,6 +581,7 @@ mod tests {
             host_bound_share: None,
             cpu_throttled_fraction: None,
             contention: None,
+            speedup: None,
             evidence: Vec::new(),
             advice: "The data loader is CPU-bound.".into(),
         };

@@ -9,6 +9,7 @@ pub mod headroom;
 pub mod host_side;
 pub mod pressure;
 pub mod ranks;
+pub mod speedup;
 pub mod verdict;
 
 use crate::model::Snapshot;

@@ -25,6 +25,7 @@
 //! all do (almost) nothing.
 use super::host_side;
 use super::pressure;
+use super::speedup;
 use crate::model::{Contention, HostSide, LoaderSummary, Verdict, VerdictBasis, VerdictKind};
 use crate::model::{ProcessRole, SourceState, Workload};
 use serde::Deserialize;
@@ -474,7 +475,7 @@ pub fn assess(
         (false, Some(_)) => VerdictBasis::Pressure,
         (false, None) => VerdictBasis::GpuOnly,
     };
-    Some(Verdict {
+    let mut v = Verdict {
         kind: judged.kind,
         basis,
         gpu_busy_fraction: busy,
@@ -489,9 +490,16 @@ pub fn assess(
         host_bound_share: judged.host_share,
         cpu_throttled_fraction: throttled,
         contention,
+        speedup: None,
         evidence,
         advice: judged.advice,
-    })
+    };
+    v.speedup = speedup::speedup(&v);
+    if let Some(s) = &v.speedup {
+        v.advice.push(' ');
+        v.advice.push_str(&speedup::describe(s));
+    }
+    Some(v)
 }
 
 /// A workload whose GPU busy share is unknown (a shared GPU the driver did not divide).
@@ -518,6 +526,7 @@ fn unknown_busy(w: &Workload) -> Verdict {
         host_bound_share: None,
         cpu_throttled_fraction: w.cpu.and_then(|c| c.throttled_fraction),
         contention: None,
+        speedup: None,
         evidence: vec![format!("GPU busy share unknown: {why}")],
         advice: format!("The GPU busy share of this workload is unknown: {why}."),
     }

@@ -31,7 +31,7 @@ pub use gpu_claim::{parse_visible_devices, ClaimVia, ClaimedDevices, DeviceRef, 
 pub use headroom::OomHeadroom;
 pub use ranks::{Rank, RankEnv, Straggler, StragglerBasis};
 pub use verdict::{
-    Contention, HostSide, IdleGpu, LoaderSummary, OtherHolder, UnknownVerdict, Verdict,
+    Contention, HostSide, IdleGpu, LoaderSummary, OtherHolder, Speedup, UnknownVerdict, Verdict,
     VerdictBasis, VerdictKind,
 };
 pub use workload::{CgroupMode, WorkloadId, WorkloadKind};
@@ -690,6 +690,27 @@ pub mod test_support {
             host_cpu_seconds: None,
             driver_sm_percent: None,
             busy_fraction: None,
+        }
+    }
+
+    /// A verdict of `kind` with `advice`, its figures zero.
+    pub fn verdict(kind: VerdictKind, advice: &str) -> Verdict {
+        Verdict {
+            kind,
+            basis: VerdictBasis::StallTracing,
+            gpu_busy_fraction: 0.0,
+            gpu_idle_fraction: 0.0,
+            input_bound_share: None,
+            trainer_wait_fraction: None,
+            sm_activity_fraction: None,
+            loader: None,
+            host: None,
+            host_bound_share: None,
+            cpu_throttled_fraction: None,
+            contention: None,
+            speedup: None,
+            evidence: Vec::new(),
+            advice: advice.into(),
         }
     }
 

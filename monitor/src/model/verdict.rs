@@ -185,10 +185,22 @@ pub struct Verdict {
     /// Other workloads' use of the GPUs it holds, when another holder kept one busy.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub contention: Option<Contention>,
+    /// What removing the bottleneck it names would buy in step rate (see `analysis::speedup`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speedup: Option<Speedup>,
     /// The measurements behind the verdict, in words.
     pub evidence: Vec<String>,
     /// What to do about it.
     pub advice: String,
+}
+
+/// The gain in step rate removing a verdict's bottleneck would buy, as a range: `low` if the
+/// time its cause costs the loop vanished and nothing else changed, `high` with the GPU busy
+/// all the time (`None` when the GPU barely ran).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Speedup {
+    pub low: f64,
+    pub high: Option<f64>,
 }
 
 /// Who else kept the workload's GPUs busy in the window. Every figure is a share of the window

@@ -30,20 +30,5 @@ pub fn doctor_checks(examine: Examine, snaps: &[Snapshot]) -> Checks {
 
 /// A verdict of `kind` with `advice`, its figures zero.
 pub fn verdict(kind: VerdictKind, advice: &str) -> Verdict {
-    Verdict {
-        kind,
-        basis: crate::model::VerdictBasis::StallTracing,
-        gpu_busy_fraction: 0.0,
-        gpu_idle_fraction: 0.0,
-        input_bound_share: None,
-        trainer_wait_fraction: None,
-        sm_activity_fraction: None,
-        loader: None,
-        host: None,
-        host_bound_share: None,
-        cpu_throttled_fraction: None,
-        contention: None,
-        evidence: Vec::new(),
-        advice: advice.into(),
-    }
+    crate::model::test_support::verdict(kind, advice)
 }

@@ -236,6 +236,7 @@ mod tests {
             host_bound_share: Some(0.4),
             cpu_throttled_fraction: Some(0.1),
             contention: None,
+            speedup: None,
             evidence: Vec::new(),
             advice: String::new(),
         });
