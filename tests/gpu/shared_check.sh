@@ -105,6 +105,7 @@ if want pressure; then
   kill -INT $A $B; wait $A $B
   docker logs gw-psi > "$OUT/psi.log" 2>&1
   python3 tests/gpu/compare_basis.py "$OUT/psi_ebpf.jsonl" "$OUT/psi_plain.jsonl" gw-psi
+  python3 tests/gpu/score_speedup.py "$OUT/psi_ebpf.jsonl" "$OUT/psi_truth.json" gw-psi
   docker rm -f gw-psi > /dev/null
 fi
 
