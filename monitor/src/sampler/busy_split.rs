@@ -189,6 +189,18 @@ mod tests {
     }
 
     #[test]
+    fn a_holder_is_active_from_one_percent_of_the_window_on_a_cpu() {
+        // A holder that only polls (an idle notebook kernel, a monitoring thread) shows a
+        // little CPU time: under 1 % of the window it did not run on the GPU.
+        let s = split(&[h("a", Some(0.8), None), h("b", Some(0.019), None)], 2.0);
+        assert_eq!(s.method, SplitMethod::SoleActiveHolder);
+        assert_eq!(s.shares, vec![Some(1.0), Some(0.0)]);
+        let s = split(&[h("a", Some(0.8), None), h("b", Some(0.02), None)], 2.0);
+        assert_eq!(s.method, SplitMethod::HostCpuEstimate);
+        assert!((s.shares[1].unwrap() - 0.02 / 0.82).abs() < 1e-9, "{s:?}");
+    }
+
+    #[test]
     fn host_cpu_time_when_every_active_process_shows_it() {
         // H200, two containers at 70 % and 30 % duty in a 5-s window: the driver credited the
         // second twice the first's (23 and 46); their CPU time, 3.53 s and 1.54 s, is nearer

@@ -62,12 +62,7 @@ impl ContainerClaims {
         let genuine = match own {
             // Listed, its own path unknown (its init could not be read): the shape stands.
             Some(None) => true,
-            Some(Some(own)) => {
-                path == own
-                    || path
-                        .strip_prefix(own.as_str())
-                        .is_some_and(|r| r.starts_with('/'))
-            }
+            Some(Some(own)) => within(path, &own),
             // The engine does not list it.
             None => false,
         };
@@ -92,5 +87,28 @@ impl ContainerClaims {
             Some(c) => self.own_paths.retain(|id, _| c.get(id).is_some()),
             None => self.own_paths.clear(),
         }
+    }
+}
+
+/// Whether cgroup `path` is `own` or below it: a look-alike that only starts with the same
+/// characters (`…/docker-<id>.scopeX`) is neither.
+fn within(path: &str, own: &str) -> bool {
+    path == own || path.strip_prefix(own).is_some_and(|r| r.starts_with('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::within;
+
+    #[test]
+    fn a_container_owns_its_cgroup_and_those_below_but_not_a_look_alike() {
+        let own = "/system.slice/docker-0123abcd.scope";
+        assert!(within(own, own));
+        assert!(within("/system.slice/docker-0123abcd.scope/payload", own));
+        // A tenant's cgroup named to start like the victim's claims nothing.
+        assert!(!within("/system.slice/docker-0123abcd.scopeX", own));
+        assert!(!within("/system.slice/docker-0123abcd.scope-x/y", own));
+        assert!(!within("/system.slice/docker-0123abc", own));
+        assert!(!within("/other/system.slice/docker-0123abcd.scope", own));
     }
 }

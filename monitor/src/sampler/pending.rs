@@ -254,6 +254,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_workload_on_several_gpus_is_as_busy_as_their_mean() {
+        // A DDP job on GPUs 0-2: 0.9, 0.6 and one whose part is unknown (a shared GPU the
+        // split could not divide): busy 0.75, the mean of the two known, not their sum.
+        let mut w = crate::model::test_support::container("ddp");
+        for (i, busy) in [(0, Some(0.9)), (1, Some(0.6)), (2, None)] {
+            w.gpu.per_gpu.push(crate::model::WorkloadGpuShare {
+                busy_fraction: busy,
+                ..crate::model::WorkloadGpuShare::new(i, None)
+            });
+        }
+        finish_workload_busy(&mut w);
+        assert!(
+            (w.gpu.busy_fraction.unwrap() - 0.75).abs() < 1e-9,
+            "{:?}",
+            w.gpu
+        );
+        for s in &mut w.gpu.per_gpu {
+            s.busy_fraction = None;
+        }
+        finish_workload_busy(&mut w);
+        assert_eq!(w.gpu.busy_fraction, None);
+    }
+
+    #[test]
     fn the_span_that_overlaps_most_is_chosen() {
         let mut q = VecDeque::new();
         for (s, e) in [(0u64, 10u64), (10, 20), (20, 30)] {
