@@ -410,3 +410,62 @@ fn report_and_plot_read_the_shipped_h100_recording() {
     assert!(plots.join("gpu0-temperature-memory.png").exists());
     assert!(plots.join("container-gw-acc-loader_io.png").exists());
 }
+
+/// `compare` on two recordings cut from the shipped H100 one: a job copying from pageable
+/// memory, then the same model with pinned copies, renamed alike so they match.
+#[test]
+fn compare_matches_a_job_across_recordings_and_gives_its_busy_gain() {
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/h100-jobs.jsonl");
+    let text = std::fs::read_to_string(&example).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cut = |job: &str, file: &str| {
+        let mut out = String::new();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let mut row: serde_json::Value = serde_json::from_str(line).unwrap();
+            let ws = row["workloads"].as_array_mut().unwrap();
+            ws.retain(|w| w["name"] == job);
+            for w in ws.iter_mut() {
+                w["name"] = "/job".into();
+            }
+            out.push_str(&row.to_string());
+            out.push('\n');
+        }
+        let path = dir.path().join(file);
+        std::fs::write(&path, out).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let before = cut("/gw-acc-pageable", "before.jsonl");
+    let after = cut("/gw-acc-pinned", "after.jsonl");
+    // The expected figures from `report` of the whole recording.
+    let (ok, json, err) = gpuwatch(&["report", example.to_str().unwrap(), "--json"]);
+    assert!(ok, "{err}");
+    let r: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let busy = |name: &str| {
+        r["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap()["gpu_busy"]["mean"]
+            .as_f64()
+            .unwrap()
+    };
+    let (pageable, pinned) = (busy("/gw-acc-pageable"), busy("/gw-acc-pinned"));
+    let (ok, json, err) = gpuwatch(&["compare", &before, &after, "--json"]);
+    assert!(ok, "{err}");
+    let c: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let pair = &c["containers"][0];
+    assert_eq!(pair["key"], "/job", "{c:#}");
+    assert_eq!(pair["before"]["main_verdict"], "host-bound: transfers");
+    assert_eq!(pair["after"]["main_verdict"], "GPU-bound");
+    let ratio = pair["gpu_busy_ratio"].as_f64().unwrap();
+    assert!(
+        (ratio - pinned / pageable).abs() < 1e-9,
+        "{ratio} vs {pinned}/{pageable}"
+    );
+    assert!(ratio > 2.0, "pinned copies doubled the GPU's work: {ratio}");
+    let (ok, table, err) = gpuwatch(&["compare", &before, &after]);
+    assert!(ok, "{err}");
+    assert!(table.contains(&format!("{ratio:.2}×")), "{table}");
+}

@@ -73,6 +73,7 @@ fn run() -> Result<()> {
         Command::CheckConfig { file } => return cli::check_config::check_config(file),
         Command::Plot(args) => return cli::report::plot(args),
         Command::Report(args) => return cli::report::report(args),
+        Command::Compare(args) => return cli::report::compare(args),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(
@@ -107,7 +108,8 @@ fn run() -> Result<()> {
         | Command::Completions { .. }
         | Command::Man
         | Command::Plot(_)
-        | Command::Report(_) => {
+        | Command::Report(_)
+        | Command::Compare(_) => {
             unreachable!("handled above")
         }
     }

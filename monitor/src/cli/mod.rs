@@ -20,7 +20,7 @@ use gpuwatch::sampler::SamplerConfig;
 use gpuwatch::sources::docker::DockerSourceConfig;
 use gpuwatch::sources::gpu::GpuSourceConfig;
 use record::RecordArgs;
-use report::{PlotArgs, ReportArgs};
+use report::{CompareArgs, PlotArgs, ReportArgs};
 use serve::ServeArgs;
 use snapshot::SnapshotArgs;
 use std::path::PathBuf;
@@ -88,6 +88,10 @@ pub(crate) enum Command {
     /// Summarise a CSV recording per container and per GPU: GPU-hours, memory, utilisation
     /// distribution, verdicts, alerts, OOM headroom, with the charts.
     Report(ReportArgs),
+    /// Two recordings of the same jobs, before and after a change, side by side per container
+    /// (matched by compose service, else name): GPU busy, the gain, idle time by cause, the
+    /// main verdict.
+    Compare(CompareArgs),
     /// A live view of GPUs and containers, refreshed every interval (q quits, ↑↓ select,
     /// Enter shows the selected one's verdict, evidence and advice, s sorts, r reverses, /
     /// filters, g shows GPU holders only). Logging is off while it runs: the header shows

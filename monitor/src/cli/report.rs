@@ -1,4 +1,5 @@
-//! `gpuwatch plot` and `gpuwatch report`: charts and summaries from a CSV recording.
+//! `gpuwatch plot`, `gpuwatch report` and `gpuwatch compare`: charts, summaries and
+//! comparisons from recordings (CSV or JSON Lines).
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use std::io::Write;
@@ -148,6 +149,37 @@ pub(crate) fn report(args: &ReportArgs) -> Result<()> {
             .with_context(|| format!("writing {}", args.output.display()))?;
     }
     Ok(())
+}
+
+#[derive(Args)]
+pub(crate) struct CompareArgs {
+    /// The recording before the change (`gpuwatch record`, CSV or JSON Lines).
+    pub(crate) before: PathBuf,
+    /// The recording after it.
+    pub(crate) after: PathBuf,
+    /// JSON instead of a Markdown table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+pub(crate) fn compare(args: &CompareArgs) -> Result<()> {
+    use gpuwatch::output::{compare, report};
+    let summary = |path: &std::path::Path| -> Result<report::Report> {
+        let name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        Ok(report::summarise(&read(path)?, &name))
+    };
+    let c = compare::compare(&summary(&args.before)?, &summary(&args.after)?);
+    let text = if args.json {
+        serde_json::to_string_pretty(&c).context("encoding the comparison")? + "\n"
+    } else {
+        compare::markdown(&c)
+    };
+    std::io::stdout()
+        .write_all(text.as_bytes())
+        .context("writing the comparison")
 }
 
 /// A fresh private directory for intermediate files.

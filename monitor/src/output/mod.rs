@@ -1,5 +1,6 @@
 //! Renderings of a snapshot.
 pub mod accounting;
+pub mod compare;
 pub mod escape;
 pub mod plot;
 pub mod process_metrics;
