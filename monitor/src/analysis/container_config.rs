@@ -569,21 +569,11 @@ mod tests {
     #[test]
     fn the_advice_names_the_quota_and_a_full_shm() {
         let verdict = |kind| Verdict {
-            kind,
-            basis: crate::model::VerdictBasis::StallTracing,
             gpu_busy_fraction: 0.3,
             gpu_idle_fraction: 0.7,
             input_bound_share: Some(0.6),
             trainer_wait_fraction: Some(0.6),
-            sm_activity_fraction: None,
-            loader: None,
-            host: None,
-            host_bound_share: None,
-            cpu_throttled_fraction: None,
-            contention: None,
-            speedup: None,
-            evidence: Vec::new(),
-            advice: "The data loader is CPU-bound.".into(),
+            ..crate::model::test_support::verdict(kind, "The data loader is CPU-bound.")
         };
         let config = ContainerConfig {
             cpu: CpuLimit {

@@ -536,6 +536,16 @@ pub struct WorkloadGpu {
     pub process_cpu: Option<ProcessCpu>,
 }
 
+impl WorkloadGpu {
+    /// Its GPU processes, each once however many GPUs it holds.
+    pub fn pids(&self) -> std::collections::BTreeSet<u32> {
+        self.per_gpu
+            .iter()
+            .flat_map(|s| s.pids.iter().copied())
+            .collect()
+    }
+}
+
 /// Host CPU time of a workload's GPU processes over a window.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct ProcessCpu {

@@ -140,12 +140,7 @@ fn cpu(proc_root: &Path, w: &Workload, window: Option<f64>) -> CpuLimit {
 /// forks (or spawns) its workers from the thread that iterates it, the main thread in a
 /// training script, so only the main thread's `children` is read: one file per GPU process.
 fn loader_workers(proc_root: &Path, w: &Workload) -> usize {
-    let gpu_pids: BTreeSet<u32> = w
-        .gpu
-        .per_gpu
-        .iter()
-        .flat_map(|g| g.pids.iter().copied())
-        .collect();
+    let gpu_pids = w.gpu.pids();
     let children: BTreeSet<u32> = gpu_pids
         .iter()
         .filter_map(|pid| {

@@ -38,7 +38,7 @@ pub use gpu_open::{DRIVER_LIST_CHECK_EVERY, GPU_RETRY_FIRST, GPU_RETRY_MAX};
 use pending::{Completion, Fetched, PendingRound};
 use process_checks::ProcessChecks;
 use stalls::Stalls;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -861,12 +861,7 @@ fn join_gpu_holders(
 /// The host CPU time of a workload's GPU processes (each PID once, however many GPUs it
 /// holds), when every one of them was measured this round.
 fn process_cpu(w: &Workload, gpus: &[Gpu]) -> Option<ProcessCpu> {
-    let pids: BTreeSet<u32> = w
-        .gpu
-        .per_gpu
-        .iter()
-        .flat_map(|s| s.pids.iter().copied())
-        .collect();
+    let pids = w.gpu.pids();
     if pids.is_empty() {
         return None;
     }
