@@ -75,7 +75,7 @@ fn try_block_rq_issue(ctx: &TracePointContext) -> Result<(), u32> {
         bytes: u64::from(bytes),
     };
     REQUESTS
-        .insert(&key, &start, 0)
+        .insert(key, start, 0)
         .map_err(|_| probe_stat::MAP_UPDATE_FAILED)
 }
 
@@ -95,10 +95,10 @@ fn try_block_rq_complete(ctx: &TracePointContext) -> Result<(), u32> {
         pad: 0,
     };
     // SAFETY: copied at once.
-    let Some(start) = (unsafe { REQUESTS.get(&key) }).copied() else {
+    let Some(start) = (unsafe { REQUESTS.get(key) }).copied() else {
         return Ok(()); // a request of an unwatched cgroup, or issued before tracing
     };
-    let _ = REQUESTS.remove(&key);
+    let _ = REQUESTS.remove(key);
     let dt = unsafe { bpf_ktime_get_ns() }.saturating_sub(start.issued_ns);
     add_io(&DISK_STATS, &start.task, dt, start.bytes)
 }

@@ -99,7 +99,7 @@ fn stats(key: &TaskKey) -> Result<*mut CudaStats, u32> {
         return Ok(v);
     }
     CUDA_STATS
-        .insert(key, &CudaStats::default(), 0)
+        .insert(key, CudaStats::default(), 0)
         .map_err(|_| cuda_stat::MAP_UPDATE_FAILED)?;
     CUDA_STATS
         .get_ptr_mut(key)
@@ -129,7 +129,7 @@ fn try_cuda_launch(ctx: &ProbeContext) -> Result<(), u32> {
         }
     }
     // A synchronisation after this waits for the kernel, not for an earlier copy.
-    if let Some(c) = CUDA_CALLS.get_ptr_mut(&tid) {
+    if let Some(c) = CUDA_CALLS.get_ptr_mut(tid) {
         // SAFETY: the thread's own entry; only this thread's probes write it.
         unsafe { (*c).after_copy = 0 };
     }
@@ -152,7 +152,7 @@ fn try_cuda_call(ctx: &ProbeContext) -> Result<(), u32> {
     };
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    match CUDA_CALLS.get_ptr_mut(&tid) {
+    match CUDA_CALLS.get_ptr_mut(tid) {
         Some(c) => {
             // SAFETY: the thread's own entry; only this thread's probes write it.
             unsafe {
@@ -176,7 +176,7 @@ fn try_cuda_call(ctx: &ProbeContext) -> Result<(), u32> {
                 after_copy: 0,
             };
             CUDA_CALLS
-                .insert(&tid, &call, 0)
+                .insert(tid, call, 0)
                 .map_err(|_| cuda_stat::MAP_UPDATE_FAILED)?;
         }
     }
@@ -191,7 +191,7 @@ pub fn cuda_return(ctx: RetProbeContext) -> u32 {
 fn try_cuda_return(ctx: &RetProbeContext) -> Result<(), u32> {
     let (key, tid) = current();
     let c = CUDA_CALLS
-        .get_ptr_mut(&tid)
+        .get_ptr_mut(tid)
         .ok_or(cuda_stat::UNMATCHED_RETURN)?;
     // SAFETY: the thread's own entry; only this thread's probes write it.
     let (start, kind, bytes) = unsafe {

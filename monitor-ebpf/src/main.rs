@@ -128,7 +128,7 @@ fn current_task() -> Option<(TaskKey, u32)> {
     // SAFETY: helper without preconditions.
     let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
     // SAFETY: lookup of a plain u8 value.
-    if global(&FILTER_BY_CGROUP) != 0 && unsafe { WATCHED_CGROUPS.get(&cgroup_id) }.is_none() {
+    if global(&FILTER_BY_CGROUP) != 0 && unsafe { WATCHED_CGROUPS.get(cgroup_id) }.is_none() {
         return None;
     }
     Some((

@@ -43,7 +43,7 @@ pub(crate) unsafe fn flush_reads(st: *mut ThreadState, key: &TaskKey) -> Result<
 
 #[tracepoint]
 pub fn sys_enter_read(_ctx: TracePointContext) -> u32 {
-    run(|| try_sys_enter_read())
+    run(try_sys_enter_read)
 }
 
 /// Marks a read in flight in this CPU's slot, timed or not (see [`monitor_common::reads`]):
@@ -85,7 +85,7 @@ unsafe fn sampled(c: *mut CpuCurrent, tid: u32) -> bool {
     x ^= x >> 17;
     x ^= x << 5;
     (*c).sample_state = x;
-    x % READ_SAMPLE_WEIGHT == 0
+    x.is_multiple_of(READ_SAMPLE_WEIGHT)
 }
 
 /// What a sampled read that did not switch out weighs.

@@ -199,6 +199,7 @@ fn test(no_lint: bool, extra: &[String]) -> Result<()> {
             "-D",
             "warnings",
         ])?;
+        clippy_ebpf()?;
     }
     // The end-to-end tests load the fake NVML library and run the agent binary.
     cargo(&["build", "-p", "fake-nvml", "-p", "gpuwatch"])?;
@@ -208,6 +209,43 @@ fn test(no_lint: bool, extra: &[String]) -> Result<()> {
         args.extend(extra.iter().map(String::as_str));
     }
     cargo_test_tally(&args)
+}
+
+/// Clippy on the kernel programs, with their own nightly and target (the workspace's clippy
+/// leaves the crate out: it does not build for the host).
+fn clippy_ebpf() -> Result<()> {
+    let nightly = setup::ebpf_toolchain()?;
+    let args = [
+        "clippy",
+        "--target",
+        "bpfel-unknown-none",
+        "-Z",
+        "build-std=core",
+        "--release",
+        "--",
+        "-D",
+        "warnings",
+    ];
+    eprintln!("[xtask] (monitor-ebpf) cargo +{nightly} {}", args.join(" "));
+    let mut cmd = Command::new("rustup");
+    cmd.args(["run", &nightly, "cargo"])
+        .args(args)
+        .current_dir(workspace_root().join("monitor-ebpf"));
+    // The outer cargo's toolchain and compiler must not leak into the nightly's build.
+    for var in [
+        "RUSTUP_TOOLCHAIN",
+        "RUSTC",
+        "RUSTDOC",
+        "CARGO",
+        "RUSTC_WRAPPER",
+    ] {
+        cmd.env_remove(var);
+    }
+    let status = cmd.status().context("starting clippy on monitor-ebpf")?;
+    if !status.success() {
+        bail!("clippy on monitor-ebpf failed ({status})");
+    }
+    Ok(())
 }
 
 /// Runs `cargo test`, echoing its output, and ends with one line totalling every test binary's

@@ -130,21 +130,34 @@ fn channel_of(file: &Path) -> Result<String> {
         .with_context(|| format!("{}: no channel", file.display()))
 }
 
+/// The eBPF crate's nightly with `rust-src` (it builds core from source) and clippy (its code is
+/// linted like the rest); one installed before without clippy gets it here.
 fn rust_src() -> Result<()> {
     let nightly = ebpf_toolchain()?;
     let installed = output(
         "rustup",
         &["component", "list", "--toolchain", &nightly, "--installed"],
     );
-    if installed
-        .as_deref()
-        .is_some_and(|s| s.lines().any(|l| l.starts_with("rust-src")))
-    {
-        say(&format!("{nightly} rust-src: present"));
+    let has = |c: &str| {
+        installed
+            .as_deref()
+            .is_some_and(|s| s.lines().any(|l| l.starts_with(c)))
+    };
+    if has("rust-src") && has("clippy") {
+        say(&format!("{nightly} rust-src, clippy: present"));
         return Ok(());
     }
+    if has("rust-src") {
+        say(&format!(
+            "adding clippy to {nightly} (the eBPF crate is linted)"
+        ));
+        return run_cmd(
+            Command::new("rustup").args(["component", "add", "clippy", "--toolchain", &nightly]),
+            "adding clippy to the pinned nightly",
+        );
+    }
     say(&format!(
-        "installing {nightly} with rust-src (the eBPF programs build core from source)"
+        "installing {nightly} with rust-src (the eBPF programs build core from source) and clippy"
     ));
     run_cmd(
         Command::new("rustup").args([
@@ -155,6 +168,8 @@ fn rust_src() -> Result<()> {
             "minimal",
             "--component",
             "rust-src",
+            "--component",
+            "clippy",
         ]),
         "installing the pinned nightly",
     )
