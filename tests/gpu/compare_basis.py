@@ -3,7 +3,8 @@
     python3 compare_basis.py EBPF.jsonl PLAIN.jsonl CONTAINER
 
 EBPF.jsonl and PLAIN.jsonl are `gpuwatch record --format jsonl` of the same run, the second
-with --no-ebpf; rows are paired by their second. Prints the agreement and each pair of kinds."""
+with --no-ebpf; rows are paired by their second. Prints the agreement and each pair of kinds;
+exits 1 under 80 % (the target) or without rows in both."""
 import json
 import sys
 
@@ -29,3 +30,4 @@ for t in both:
     pairs[(a[t], b[t])] = pairs.get((a[t], b[t]), 0) + 1
 for (x, y), n in sorted(pairs.items(), key=lambda kv: -kv[1]):
     print(f"  eBPF {x:<22} without {y:<22} {n}")
+sys.exit(0 if both and agree / len(both) >= 0.8 else 1)

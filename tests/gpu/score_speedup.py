@@ -5,7 +5,7 @@
 TRUTH.json is loader_job.py's step log; its gpu_bound phase (the same model and batch with the
 samples in memory) is the job with the bottleneck removed. Per other phase: the steady rows'
 verdicts, the mean of the agent's `speedup` ends, and the real gain (the gpu_bound phase's step
-rate over this phase's)."""
+rate over this phase's). Exits 1 when a phase's real gain falls outside the mean range."""
 import json
 import statistics
 import sys
@@ -24,6 +24,7 @@ def rate(ss):
 
 rows = [json.loads(line) for line in open(rec) if line.strip()]
 fixed = rate(phases["gpu_bound"])
+missed = False
 for phase, ss in phases.items():
     if phase == "gpu_bound":
         continue
@@ -47,4 +48,6 @@ for phase, ss in phases.items():
     low = statistics.mean(lows) if lows else float("nan")
     high = statistics.mean(highs) if highs else float("nan")
     inside = low <= real <= high
+    missed |= not inside
     print(f"{phase}: {kinds}; estimate {low:.1f}-{high:.1f}x in {len(lows)} rows, real {real:.1f}x ({'inside' if inside else 'outside'} the range)")
+sys.exit(1 if missed else 0)

@@ -11,8 +11,11 @@
 #           agents at once, one with --no-ebpf: how often the pressure verdict agrees;
 #   memory - a container under --memory 2g reading 3 GiB of files with ordinary reads beside
 #           a GPU matmul loop: `doctor` over 20 s must find no host-memory growth.
-# Evidence goes to $OUT.
+# Evidence goes to $OUT. Each scored check that misses its target is named at the end, and the
+# script then exits 1.
 set -uo pipefail
+MISSED=""
+gate() { local name=$1; shift; "$@" || MISSED="$MISSED $name"; }
 STAGES=${STAGES:-three two quota pressure memory}
 OUT=${OUT:-/tmp/gpuwatch-shared-check}
 . tests/gpu/docker_jobs.sh
@@ -25,7 +28,7 @@ mix() { # tag seconds name=duty...
   sleep 2
   $BIN/gpuwatch record --interval 1s --duration $((secs - 4))s --format jsonl -o "$OUT/$tag.jsonl" 2> "$OUT/$tag.err"
   for nd in "$@"; do done_wait "${nd%=*}.$tag.json"; done
-  python3 tests/gpu/score_shared.py "$OUT/$tag.jsonl" "$OUT/jobs" "$tag" "${args[@]}"
+  gate "split-$tag" python3 tests/gpu/score_shared.py "$OUT/$tag.jsonl" "$OUT/jobs" "$tag" "${args[@]}"
   python3 - "$OUT/$tag.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
@@ -70,14 +73,19 @@ if want quota; then
     sleep 2
   done
   wait $REC $PLAIN
-  python3 tests/gpu/compare_basis.py "$OUT/quota.jsonl" "$OUT/quota_plain.jsonl" gw-quota
-  python3 - "$OUT" <<'PY'
+  gate "no-ebpf-quota" python3 tests/gpu/compare_basis.py "$OUT/quota.jsonl" "$OUT/quota_plain.jsonl" gw-quota
+  gate "quota" python3 - "$OUT" <<'PY'
 import json, sys
 out = sys.argv[1]
+named = 0
 for i in (1, 2, 3):
     d = json.load(open(f"{out}/quota_doctor_{i}.json"))
     c = [c for c in d["checks"] if c["check"] == "container_cpu_limit" and c["subject"] == "gw-quota"]
-    print(f"doctor {i}:", c[0]["status"], "|", c[0]["value"], "|", c[0]["action"][:160] if c else "NO FINDING")
+    if not c:
+        print(f"doctor {i}: NO FINDING")
+        continue
+    named += "--cpus" in c[0]["action"] and "DataLoader workers" in c[0]["action"]
+    print(f"doctor {i}:", c[0]["status"], "|", c[0]["value"], "|", c[0]["action"][:160])
 rows = [json.loads(l) for l in open(f"{out}/quota.jsonl") if l.strip()]
 kinds, quota_named = {}, 0
 for r in rows[2:]:
@@ -90,6 +98,7 @@ for r in rows[2:]:
 n = sum(kinds.values())
 print(f"quota rows {n}: {kinds}; advice names the quota in {quota_named}")
 print("sample advice:", v.get("advice", "")[:400])
+sys.exit(0 if named == 3 and n and kinds.get("input-bound: CPU", 0) >= 0.9 * n and quota_named >= 0.9 * n else 1)
 PY
   docker rm -f gw-quota > /dev/null
 fi
@@ -104,8 +113,8 @@ if want pressure; then
   docker wait gw-psi > /dev/null
   kill -INT $A $B; wait $A $B
   docker logs gw-psi > "$OUT/psi.log" 2>&1
-  python3 tests/gpu/compare_basis.py "$OUT/psi_ebpf.jsonl" "$OUT/psi_plain.jsonl" gw-psi
-  python3 tests/gpu/score_speedup.py "$OUT/psi_ebpf.jsonl" "$OUT/psi_truth.json" gw-psi
+  gate "no-ebpf-loader" python3 tests/gpu/compare_basis.py "$OUT/psi_ebpf.jsonl" "$OUT/psi_plain.jsonl" gw-psi
+  gate "speedup" python3 tests/gpu/score_speedup.py "$OUT/psi_ebpf.jsonl" "$OUT/psi_truth.json" gw-psi
   docker rm -f gw-psi > /dev/null
 fi
 
@@ -130,12 +139,20 @@ while True:
 " > /dev/null
   sleep 8
   $BIN/gpuwatch doctor --json --window 20s > "$OUT/mem_doctor.json" 2> "$OUT/mem.err"
-  python3 - "$OUT" <<'PY'
+  gate "memory" python3 - "$OUT" <<'PY'
 import json, sys
 d = json.load(open(f"{sys.argv[1]}/mem_doctor.json"))
+growth = False
 for c in d["checks"]:
     if c["subject"] == "gw-mem" and c["check"] in ("container_memory", "container_memory_limit", "cpu_memory_leak"):
         print(f"{c['check']}: {c['status']} | {c['value']} | {c['action'][:120]}")
+        growth |= c["check"] in ("container_memory", "cpu_memory_leak") and c["status"] != "ok"
+sys.exit(1 if growth else 0)
 PY
   docker rm -f gw-mem > /dev/null
 fi
+if [ -n "$MISSED" ]; then
+  echo "MISSED:$MISSED"
+  exit 1
+fi
+echo "every scored check met its target"
