@@ -404,3 +404,131 @@ fn the_kubernetes_manifests_render_and_carry_what_the_image_needs() {
         service["spec"]["ports"][0]["name"]
     );
 }
+
+/// The shipped Prometheus rules restate the agent's own alert rules for setups that alert from
+/// Alertmanager: each threshold, window and `for` must be the agent's default, so changing one
+/// without the other fails here.
+#[test]
+fn the_prometheus_rules_use_the_agents_own_thresholds() {
+    let text =
+        std::fs::read_to_string(root().join("deploy/prometheus/gpuwatch-rules.yml")).unwrap();
+    let doc: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+    let alerts: Vec<&serde_json::Value> = doc["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap())
+        .filter(|r| r.get("alert").is_some())
+        .collect();
+    let rule = |name: &str| -> (String, Duration) {
+        let r = alerts
+            .iter()
+            .find(|r| r["alert"] == name)
+            .unwrap_or_else(|| panic!("no alert {name}"));
+        let expr = r["expr"]
+            .as_str()
+            .unwrap()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        let for_ = r
+            .get("for")
+            .and_then(|f| f.as_str())
+            .map_or(Duration::ZERO, prom_duration);
+        (expr, for_)
+    };
+    let c = gpuwatch::health::rules::RulesConfig::default();
+    let mib = |b: u64| b / (1 << 20);
+    let minutes = |d: Duration| format!("{}m", d.as_secs() / 60);
+    let checks: Vec<(&str, Vec<String>, Duration)> = vec![
+        (
+            "GpuwatchContainerGPUUnderutilized",
+            vec![format!(
+                "< {:.2}",
+                c.gpu_underutilized.below_percent / 100.0
+            )],
+            c.gpu_underutilized.for_,
+        ),
+        (
+            "GpuwatchGPUMemoryHigh",
+            vec![format!("> {:.2}", c.gpu_memory_high.above_percent / 100.0)],
+            c.gpu_memory_high.for_,
+        ),
+        (
+            "GpuwatchGPUTemperatureHigh",
+            vec![format!("> {}", c.gpu_temperature_high.above_celsius)],
+            c.gpu_temperature_high.for_,
+        ),
+        (
+            "GpuwatchContainerGPUMemoryLeak",
+            vec![
+                format!("[{}:", minutes(c.gpu_memory_leak.window)),
+                format!(
+                    "* 60 > {} * 1024 * 1024",
+                    mib(c.gpu_memory_leak.min_growth_per_minute.0)
+                ),
+            ],
+            c.gpu_memory_leak.min_duration,
+        ),
+        (
+            "GpuwatchContainerMemoryLeak",
+            vec![
+                format!("[{}]", minutes(c.cpu_memory_leak.window)),
+                format!(
+                    "* 60 > {} * 1024 * 1024",
+                    mib(c.cpu_memory_leak.min_growth_per_minute.0)
+                ),
+            ],
+            c.cpu_memory_leak.min_duration,
+        ),
+        (
+            "GpuwatchContainerGPUImbalance",
+            vec![format!(") > {:.2}", c.gpu_imbalance.spread_percent / 100.0)],
+            c.gpu_imbalance.for_,
+        ),
+        (
+            "GpuwatchGPUPowerCapLowUtilization",
+            vec![
+                format!(">= {:.2}", c.power_cap_low_util.power_ratio),
+                format!(
+                    "< {:.2}",
+                    c.power_cap_low_util.below_utilization_percent / 100.0
+                ),
+            ],
+            c.power_cap_low_util.for_,
+        ),
+        ("GpuwatchGPULost", vec!["== 1".into()], c.gpu_lost.for_),
+        (
+            "GpuwatchGPUECCErrors",
+            vec!["> 0".into()],
+            c.gpu_ecc_errors.for_,
+        ),
+        (
+            "GpuwatchGPUXidErrors",
+            vec![format!("[{}]) > 0", minutes(c.gpu_xid_errors.hold))],
+            c.gpu_xid_errors.for_,
+        ),
+    ];
+    for (name, fragments, for_) in checks {
+        let (expr, got_for) = rule(name);
+        for f in fragments {
+            assert!(
+                expr.contains(&f),
+                "{name}: `{expr}` lacks the agent's `{f}`"
+            );
+        }
+        assert_eq!(got_for, for_, "{name}: `for` differs from the agent's");
+    }
+}
+
+/// A Prometheus duration of one unit (`10s`, `3m`, `1h`).
+fn prom_duration(s: &str) -> Duration {
+    let (n, unit) = s.split_at(s.len() - 1);
+    let n: u64 = n.parse().unwrap_or_else(|_| panic!("duration {s}"));
+    Duration::from_secs(match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => panic!("duration {s}"),
+    })
+}
