@@ -1222,6 +1222,75 @@ mod tests {
         assess1(w).kind
     }
 
+    /// The GPU busy `busy`, its training loop asleep waiting for batches, and one loader
+    /// process on a CPU `cpu` and blocked `blocked` of a 1-s window.
+    fn loader_job(busy: f64, cpu: f64, blocked: f64, throttled: Option<f64>) -> Workload {
+        let waiting = ThreadTimes {
+            on_cpu_seconds: 0.02,
+            sleep_seconds: 0.98,
+            ..Default::default()
+        };
+        workload(
+            busy,
+            vec![
+                trainer(1, (0.02, 0.98), waiting),
+                proc(2, LOADER, cpu, 0.0, blocked, 1.0 - cpu - blocked),
+            ],
+            throttled,
+        )
+    }
+
+    #[test]
+    fn the_loader_is_the_bottleneck_from_its_saturation_threshold() {
+        // loader_saturated 0.6: busy 0.601 of the window is saturated, 0.599 is not.
+        assert_eq!(
+            kind_of(&loader_job(0.3, 0.601, 0.0, None)),
+            VerdictKind::InputBoundCpu
+        );
+        assert_eq!(
+            kind_of(&loader_job(0.3, 0.599, 0.0, None)),
+            VerdictKind::Unknown
+        );
+    }
+
+    #[test]
+    fn a_saturated_loader_is_io_bound_from_half_its_busy_time_blocked() {
+        // io_share_min 0.5 of the loader's busy 0.9: blocked 0.451 is I/O, 0.449 CPU.
+        assert_eq!(
+            kind_of(&loader_job(0.3, 0.449, 0.451, None)),
+            VerdictKind::InputBoundIo
+        );
+        assert_eq!(
+            kind_of(&loader_job(0.3, 0.451, 0.449, None)),
+            VerdictKind::InputBoundCpu
+        );
+    }
+
+    #[test]
+    fn a_quota_is_the_cause_from_its_throttling_threshold() {
+        // throttled_min 0.1, with a loader at work but not saturated (0.4 of the window).
+        let v = assess1(&loader_job(0.3, 0.4, 0.0, Some(0.1)));
+        assert_eq!(v.kind, VerdictKind::InputBoundCpu);
+        assert!(v.advice.contains("CPU quota"), "{}", v.advice);
+        assert_eq!(
+            kind_of(&loader_job(0.3, 0.4, 0.0, Some(0.099))),
+            VerdictKind::Unknown
+        );
+    }
+
+    #[test]
+    fn nothing_running_is_idle_below_the_idle_busy_threshold() {
+        // idle_busy_max 0.05, the loader and the loop doing nothing.
+        assert_eq!(
+            kind_of(&loader_job(0.049, 0.0, 0.0, None)),
+            VerdictKind::Idle
+        );
+        assert_eq!(
+            kind_of(&loader_job(0.05, 0.0, 0.0, None)),
+            VerdictKind::Unknown
+        );
+    }
+
     #[test]
     fn the_gpu_bound_threshold_is_the_idle_share() {
         // idle 0.24: GPU-bound whatever the host does; idle 0.26: the host side is looked at.
