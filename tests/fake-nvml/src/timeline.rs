@@ -10,7 +10,8 @@
 //!   `last_seen`: five a second, each the device's utilisation over its period.
 //! - Each record is credited to one process: the busiest in that period. Two processes at 70 %
 //!   and 30 % duty (their bursts overlapping) showed only the 70 % process, carrying the
-//!   device's figure (68.9 against 68.5); two at full duty both showed.
+//!   device's figure (68.9 against 68.5); two at full duty both showed, so tied processes take
+//!   turns here.
 //! - `GetProcessUtilization(last_seen)` returns one entry per process that was credited with a
 //!   record since `last_seen`: the sum of its credited records over the number of records in
 //!   that span. Polled at 1 s, one busy process gave one sample per call (sm 95.7 at 96.4 device
@@ -39,6 +40,8 @@ pub struct Record {
 pub struct Timeline {
     records: VecDeque<Record>,
     capacity: usize,
+    /// The process the last tied period went to: the next tie goes to the one after it.
+    last_tie: Option<u32>,
 }
 
 impl Default for Timeline {
@@ -55,6 +58,7 @@ impl Timeline {
         Self {
             records: VecDeque::with_capacity(capacity),
             capacity: capacity.max(1),
+            last_tie: None,
         }
     }
 
@@ -69,12 +73,7 @@ impl Timeline {
     ) {
         let sum: u32 = activity.iter().map(|a| a.1).sum();
         let device_percent = device_override.unwrap_or(sum.min(100));
-        // The busiest process; ties and an all-idle period go to the first one listed.
-        let owner = activity
-            .iter()
-            .enumerate()
-            .max_by_key(|(i, a)| (a.1, std::cmp::Reverse(*i)))
-            .map(|(_, a)| *a);
+        let owner = self.owner(activity);
         if self.records.len() == self.capacity {
             self.records.pop_front();
         }
@@ -84,6 +83,24 @@ impl Timeline {
             owner: owner.map(|a| a.0),
             owner_mem_percent: owner.map_or(0, |a| a.2),
         });
+    }
+
+    /// The busiest process of a period. Tied ones take turns: two processes at full duty on
+    /// the H200 were both credited (44.3 and 54.1 over 1-s polls), never one alone. An all-idle
+    /// period is a tie too; which process the driver credits then is unmeasured, and nothing
+    /// relies on it (a 0 % record adds nothing to any process's figure).
+    fn owner(&mut self, activity: &PeriodActivity) -> Option<(u32, u32, u32)> {
+        let max = activity.iter().map(|a| a.1).max()?;
+        let tied: Vec<&(u32, u32, u32)> = activity.iter().filter(|a| a.1 == max).collect();
+        if tied.len() == 1 {
+            return Some(*tied[0]);
+        }
+        let after = self
+            .last_tie
+            .and_then(|pid| tied.iter().position(|a| a.0 == pid))
+            .map_or(0, |i| (i + 1) % tied.len());
+        self.last_tie = Some(tied[after].0);
+        Some(*tied[after])
     }
 
     pub fn latest(&self) -> Option<&Record> {
@@ -183,6 +200,17 @@ mod tests {
         let total: u32 = s.iter().map(|e| e.2).sum();
         assert!((98..=99).contains(&total), "{s:?}");
         assert_eq!(t.device_samples(0).iter().map(|d| d.1).sum::<u32>(), 5 * 99);
+    }
+
+    #[test]
+    fn equal_processes_take_turns_and_both_are_credited() {
+        // Two processes exactly tied every period: the H200 credited both (never one alone).
+        let mut t = Timeline::default();
+        run(&mut t, 10, &[(1, 50, 0), (2, 50, 0), (3, 10, 0)]);
+        let s = t.process_samples(0);
+        let sm = |pid: u32| s.iter().find(|e| e.0 == pid).map(|e| e.2);
+        // Each holds half the periods at the device's 100 (the shares capped): 50 each.
+        assert_eq!((sm(1), sm(2), sm(3)), (Some(50), Some(50), None), "{s:?}");
     }
 
     #[test]
