@@ -146,6 +146,14 @@ fn plots_and_reports_a_real_recording() {
             png.display()
         );
     }
+    // GPU-hours held, busy and idle by cause: one bar, the busy part in its blue (the fake
+    // GPU is 70 % busy with this container's work).
+    let held_png = plots.join("gpu-hours-by-cause.png");
+    let (w, _, ink, _) = png_stats(&held_png);
+    assert_eq!(w, 1200);
+    assert!(ink > 0.05, "bars drawn: {ink}");
+    let busy_px = pixels_of(&held_png, [31, 119, 180]);
+    assert!(busy_px > 2000, "busy segment: {busy_px} pixels");
     let svg = std::fs::read_to_string(plots.join("gpu0-temperature-memory.svg")).unwrap();
     assert!(svg.contains("<svg") && svg.contains("Temperature") && svg.contains("<polyline"));
     // The temperature line is a polyline in its colour with a point per GPU sample.
@@ -266,7 +274,11 @@ fn plots_and_reports_a_real_recording() {
         "only the planted links are left in TMPDIR"
     );
     let page = std::fs::read_to_string(&html).unwrap();
-    assert_eq!(page.matches("<svg").count(), 2, "both charts inlined");
+    assert_eq!(
+        page.matches("<svg").count(),
+        3,
+        "the three charts inlined: GPU, container, GPU-hours by cause"
+    );
     assert!(
         !page.contains("src=\""),
         "self-contained: no external files"

@@ -83,6 +83,9 @@ pub(crate) fn report(args: &ReportArgs) -> Result<()> {
     };
     // `container-<name>` / `gpu<N>-temperature-memory` → the key the report asks for.
     let key_for = |k: &str| {
+        if k == report::HELD_CHART {
+            return plot::HELD_CHART_FILE.to_owned();
+        }
         if let Some(rest) = k.strip_prefix("gpu") {
             if rest.chars().all(|c| c.is_ascii_digit()) {
                 return format!("{k}-temperature-memory");

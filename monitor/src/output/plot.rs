@@ -67,6 +67,15 @@ pub fn plot_all(
             written.push(path);
         }
     }
+    let bars = held_bars(&super::report::summarise(rec, "").containers);
+    if !bars.is_empty() {
+        for &f in formats {
+            let path = dir.join(format!("{HELD_CHART_FILE}.{}", extension(f)));
+            let size = (1200, 160 + 50 * bars.len() as u32);
+            render(&path, f, size, &HeldChart { bars: &bars })?;
+            written.push(path);
+        }
+    }
     for w in rec.workloads.values() {
         if w.samples.iter().all(|s| s.gpus.is_empty()) {
             continue; // no GPU: nothing this chart is about
@@ -479,6 +488,140 @@ where
     Ok(())
 }
 
+/// The file stem of the chart of GPU-hours held, busy and idle by cause, per container.
+pub const HELD_CHART_FILE: &str = "gpu-hours-by-cause";
+
+/// One container's bar: its name and its GPU-hours, busy first, then idle by verdict, each
+/// segment (label, hours, colour).
+#[derive(Debug, PartialEq)]
+struct HeldBar {
+    name: String,
+    segments: Vec<(String, f64, RGBColor)>,
+}
+
+const BUSY_COLOR: RGBColor = RGBColor(31, 119, 180);
+/// Idle under a verdict with no colour of its own (`unknown`).
+const UNKNOWN_COLOR: RGBColor = RGBColor(160, 160, 160);
+
+/// The bars of the containers that held GPUs, the most GPU-hours held first.
+fn held_bars(containers: &[super::report::ContainerSummary]) -> Vec<HeldBar> {
+    let mut bars: Vec<HeldBar> = containers
+        .iter()
+        .map(|c| {
+            let mut segments = vec![("busy".to_owned(), c.busy_gpu_hours, BUSY_COLOR)];
+            let mut idle: Vec<(&String, &f64)> = c.idle_gpu_hours.iter().collect();
+            idle.sort_by(|a, b| b.1.total_cmp(a.1));
+            for (label, hours) in idle {
+                let color = VerdictKind::ALL
+                    .into_iter()
+                    .find(|k| k.label() == label.as_str())
+                    .and_then(verdict_color)
+                    .unwrap_or(UNKNOWN_COLOR);
+                segments.push((format!("idle: {label}"), *hours, color));
+            }
+            segments.retain(|s| s.1 > 0.0);
+            HeldBar {
+                name: c.name.clone(),
+                segments,
+            }
+        })
+        .filter(|b| !b.segments.is_empty())
+        .collect();
+    let held = |b: &HeldBar| b.segments.iter().map(|s| s.1).sum::<f64>();
+    bars.sort_by(|a, b| held(b).total_cmp(&held(a)));
+    bars
+}
+
+struct HeldChart<'b> {
+    bars: &'b [HeldBar],
+}
+
+impl Chart for HeldChart<'_> {
+    fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> DrawResult
+    where
+        DB::ErrorType: 'static,
+    {
+        held_chart(self.bars, root)
+    }
+}
+
+/// A horizontal bar per container: its GPU-hours busy, then idle by the verdict of each sample.
+fn held_chart<DB: DrawingBackend>(bars: &[HeldBar], root: DrawingArea<DB, Shift>) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    let root = root.titled("GPU-hours held: busy, and idle by cause", (FAMILY, 24))?;
+    let max = bars
+        .iter()
+        .map(|b| b.segments.iter().map(|s| s.1).sum::<f64>())
+        .fold(0.0, f64::max)
+        .max(1e-6);
+    let n = bars.len() as f64;
+    // The most held at the top: bar i on row n - 1 - i.
+    let names: Vec<String> = bars.iter().rev().map(|b| b.name.clone()).collect();
+    let mut chart = ChartBuilder::on(&root)
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(200)
+        .build_cartesian_2d(0f64..max * 1.3, 0f64..n)?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(bars.len() * 2 + 1)
+        .y_label_formatter(&|y| {
+            let i = y.floor() as usize;
+            if (y - i as f64 - 0.5).abs() < 1e-6 {
+                names.get(i).map_or(String::new(), |n| truncate(n, 28))
+            } else {
+                String::new()
+            }
+        })
+        .x_desc("GPU-hours")
+        .label_style((FAMILY, 14))
+        .axis_desc_style((FAMILY, 15))
+        .draw()?;
+    let mut shown: Vec<(String, RGBColor)> = Vec::new();
+    for (i, b) in bars.iter().enumerate() {
+        let mut x = 0.0;
+        for (label, hours, color) in &b.segments {
+            let row = (bars.len() - 1 - i) as f64;
+            let (y0, y1) = (row + 0.2, row + 0.8);
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(x, y0), (x + hours, y1)],
+                color.filled(),
+            )))?;
+            x += hours;
+            if !shown.iter().any(|s| &s.0 == label) {
+                shown.push((label.clone(), *color));
+            }
+        }
+    }
+    for (label, color) in shown {
+        chart
+            .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())?
+            .label(label)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 16, y + 6)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .label_font((FAMILY, 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
+/// At most `max` characters of `s`, an ellipsis marking a cut.
+fn truncate(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_owned();
+    }
+    let mut t: String = s.chars().take(max - 1).collect();
+    t.push('…');
+    t
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -512,6 +655,70 @@ mod tests {
             ..Default::default()
         };
         (rec, w)
+    }
+
+    #[test]
+    fn each_container_gets_a_bar_of_busy_then_idle_by_cause_most_held_first() {
+        // 100 one-second samples on one GPU: "io" at 10 % busy, input-bound: I/O for 60 and
+        // unknown for 40; "gpu" at 90 %, GPU-bound; "cpu-only" holds no GPU.
+        let mut rec = Recording {
+            first_ms: 0,
+            last_ms: 99_000,
+            ..Default::default()
+        };
+        let series =
+            |name: &str, busy: f64, verdict: &dyn Fn(u64) -> VerdictKind, gpus: Vec<u32>| {
+                WorkloadSeries {
+                    id: name.into(),
+                    name: name.into(),
+                    samples: (0..100u64)
+                        .map(|i| WorkloadSample {
+                            unix_ms: i * 1000,
+                            gpus: gpus.clone(),
+                            gpu_busy_fraction: Some(busy),
+                            verdict: Some(verdict(i)),
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                }
+            };
+        let io = |i: u64| {
+            if i < 60 {
+                VerdictKind::InputBoundIo
+            } else {
+                VerdictKind::Unknown
+            }
+        };
+        rec.workloads
+            .insert("io".into(), series("io", 0.1, &io, vec![0, 1]));
+        rec.workloads.insert(
+            "gpu".into(),
+            series("gpu", 0.9, &|_| VerdictKind::GpuBound, vec![2]),
+        );
+        rec.workloads.insert(
+            "cpu-only".into(),
+            series("cpu-only", 0.0, &|_| VerdictKind::Idle, vec![]),
+        );
+        let bars = held_bars(&crate::output::report::summarise(&rec, "r").containers);
+        let names: Vec<&str> = bars.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["io", "gpu"],
+            "two GPUs held outrank one; no GPU, no bar"
+        );
+        let h = |s: f64| s / 3600.0;
+        let io_bar = &bars[0].segments;
+        let labels: Vec<&str> = io_bar.iter().map(|s| s.0.as_str()).collect();
+        assert_eq!(labels, ["busy", "idle: input-bound: I/O", "idle: unknown"]);
+        // 2 GPUs × 100 s: busy 10 %, idle 90 % split 60 / 40 by verdict.
+        assert!((io_bar[0].1 - h(20.0)).abs() < 1e-9, "{io_bar:?}");
+        assert!((io_bar[1].1 - h(108.0)).abs() < 1e-9, "{io_bar:?}");
+        assert!((io_bar[2].1 - h(72.0)).abs() < 1e-9, "{io_bar:?}");
+        assert_eq!(io_bar[0].2, BUSY_COLOR);
+        assert_eq!(Some(io_bar[1].2), verdict_color(VerdictKind::InputBoundIo));
+        assert_eq!(io_bar[2].2, UNKNOWN_COLOR);
+        assert_eq!(truncate("a-very-long-container-name", 10), "a-very-lo…");
     }
 
     #[test]

@@ -108,6 +108,10 @@ pub struct Finding {
     pub advice: Option<String>,
 }
 
+/// The key the chart callbacks get for the chart of GPU-hours held by cause (a space: no
+/// container or GPU key has one).
+pub const HELD_CHART: &str = "GPU-hours by cause";
+
 /// Containers whose idle GPU-hours are at least this share of those they held make a finding.
 const FINDING_IDLE_SHARE: f64 = 0.2;
 
@@ -546,6 +550,9 @@ pub fn markdown(r: &Report, chart: &dyn Fn(&str) -> Option<String>) -> String {
     if !lines.is_empty() {
         o.push('\n');
     }
+    if let Some(file) = chart(HELD_CHART) {
+        let _ = writeln!(o, "![GPU-hours held, busy and idle by cause]({file})\n");
+    }
     let _ = writeln!(o, "## Containers\n");
     for c in &r.containers {
         let _ = writeln!(o, "### {}\n", md(&c.name));
@@ -618,6 +625,9 @@ pub fn html(r: &Report, svg: &dyn Fn(&str) -> Option<String>) -> String {
             let _ = writeln!(o, "<li>{}</li>", esc(l));
         }
         o.push_str("</ul>\n");
+    }
+    if let Some(s) = svg(HELD_CHART) {
+        let _ = writeln!(o, "<div class=\"chart\">{s}</div>");
     }
     o.push_str("<h2>Containers</h2>\n");
     for c in &r.containers {
