@@ -26,6 +26,15 @@ pub enum Step {
 }
 
 impl Step {
+    /// The source a round stuck in this step waits on, as `gpuwatch_up` names it (`None`: the
+    /// step reads several, or none).
+    pub fn source(self) -> Option<&'static str> {
+        match self {
+            Step::NvmlReadings | Step::NvmlSeries => Some("nvml"),
+            Step::Idle | Step::HostReadings | Step::Publishing => None,
+        }
+    }
+
     fn from_u8(v: u8) -> Self {
         match v {
             1 => Step::NvmlReadings,

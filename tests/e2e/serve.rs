@@ -696,6 +696,51 @@ fn a_hung_nvml_call_turns_health_false_and_does_not_block_shutdown() {
     assert!(text.contains("stopping without"), "{text}");
 }
 
+/// NVML hangs after the agent has published rounds: `/metrics` keeps serving the last round,
+/// but `gpuwatch_up{source="nvml"}` turns 0 while the round waits on it, so an alert on
+/// `gpuwatch_up == 0` fires (before, it stayed 1 and only the timestamps told).
+#[test]
+fn a_hang_after_rounds_were_published_turns_the_sources_up_to_0() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    let devices = json!([{"uuid": "GPU-00000000-0000-0000-0000-00000000000a"}]);
+    std::fs::write(&scenario, json!({ "devices": devices }).to_string()).unwrap();
+    let (mut agent, addr) = support::serve_via(&[], &scenario, &["--no-docker", "--no-ebpf"]);
+    // `None` until the first round is published (503: no sample yet).
+    let nvml_up = || {
+        let (status, body) = get(&format!("{addr}/metrics"));
+        if status != 200 {
+            return None;
+        }
+        body.lines()
+            .find(|l| l.starts_with("gpuwatch_up{source=\"nvml\"}"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+    };
+    let started = Instant::now();
+    while nvml_up() != Some(1.0) {
+        assert!(started.elapsed() < Duration::from_secs(20), "never up");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Now the driver's series call hangs for an hour.
+    std::fs::write(
+        &scenario,
+        json!({"delays_ms": {"nvmlDeviceGetSamples": 3_600_000}, "devices": devices}).to_string(),
+    )
+    .unwrap();
+    let hung_at = Instant::now();
+    while get(&format!("{addr}/-/healthy")).0 == 200 {
+        assert!(
+            hung_at.elapsed() < Duration::from_secs(30),
+            "the hang never noticed"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!(nvml_up(), Some(0.0), "gpuwatch_up for nvml while it hangs");
+    let (_, took) = sigterm_and_wait(&mut agent.0);
+    assert!(took < Duration::from_secs(6), "exit took {took:?}");
+}
+
 /// Every thread of `pid`: the named fields of its `status`, each with its whitespace made one
 /// space ("" where the field is missing).
 fn thread_status(pid: u32, names: &[&str]) -> Vec<Vec<String>> {

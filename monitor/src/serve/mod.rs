@@ -315,25 +315,27 @@ fn route(site: &Site, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     };
     match path {
         "/" => respond(StatusCode::OK, "text/html; charset=utf-8", landing(&e)),
-        "/metrics" => match prometheus::render(&e) {
-            Ok(text) => {
-                let accept = req
-                    .headers()
-                    .get(hyper::header::ACCEPT)
-                    .and_then(|v| v.to_str().ok());
-                if prometheus::wants_openmetrics(accept) {
-                    respond(StatusCode::OK, prometheus::CONTENT_TYPE, text)
-                } else {
-                    let text = prometheus::to_text_format(&text);
-                    respond(StatusCode::OK, prometheus::TEXT_CONTENT_TYPE, text)
+        "/metrics" => {
+            match prometheus::render_live(&e, site.stalled().and_then(|s| s.step.source())) {
+                Ok(text) => {
+                    let accept = req
+                        .headers()
+                        .get(hyper::header::ACCEPT)
+                        .and_then(|v| v.to_str().ok());
+                    if prometheus::wants_openmetrics(accept) {
+                        respond(StatusCode::OK, prometheus::CONTENT_TYPE, text)
+                    } else {
+                        let text = prometheus::to_text_format(&text);
+                        respond(StatusCode::OK, prometheus::TEXT_CONTENT_TYPE, text)
+                    }
                 }
+                Err(err) => respond(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain",
+                    format!("rendering metrics: {err}\n"),
+                ),
             }
-            Err(err) => respond(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "text/plain",
-                format!("rendering metrics: {err}\n"),
-            ),
-        },
+        }
         "/api/v1/containers" => json(&serde_json::json!({
             "taken_at": e.snapshot.taken_at,
             "containers": e.snapshot.workloads,

@@ -7,11 +7,16 @@ use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType::{Counter, Gauge};
 use prometheus_client::registry::Unit;
 
-pub(super) fn encode(enc: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), std::fmt::Error> {
+/// `hung`: the source the round in progress has waited on past the stall limit.
+pub(super) fn encode(
+    enc: &mut DescriptorEncoder,
+    s: &Snapshot,
+    hung: Option<&str>,
+) -> Result<(), std::fmt::Error> {
     family(
         enc,
         "gpuwatch_up",
-        "Whether a source delivers (1) or is down or disabled (0).",
+        "Whether a source delivers (1) or is down, disabled or hung in the round in progress (0).",
         None,
         Gauge,
         [
@@ -19,7 +24,10 @@ pub(super) fn encode(enc: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), st
             ("docker", &s.sources.docker),
             ("ebpf", &s.sources.ebpf),
         ]
-        .map(|(name, st)| (vec![("source", name.to_owned())], bool_value(st.up))),
+        .map(|(name, st)| {
+            let up = st.up && hung != Some(name);
+            (vec![("source", name.to_owned())], bool_value(up))
+        }),
     )?;
     encode_process(enc)?;
     let one = |v: f64| [(Labels::new(), v)];

@@ -26,8 +26,17 @@ use std::sync::Arc;
 
 /// Renders `e` in the OpenMetrics text format.
 pub fn render(e: &Arc<Published>) -> Result<String, std::fmt::Error> {
+    render_live(e, None)
+}
+
+/// [`render`], with the source a round in progress is hung in (`nvml`, told by the
+/// heartbeat): `gpuwatch_up` reads 0 for it, though the last published round found it up.
+pub fn render_live(
+    e: &Arc<Published>,
+    hung_source: Option<&'static str>,
+) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(SnapshotCollector(e.clone())));
+    registry.register_collector(Box::new(SnapshotCollector(e.clone(), hung_source)));
     let mut out = String::with_capacity(64 * 1024);
     prometheus_client::encoding::text::encode(&mut out, &registry)?;
     Ok(out)
@@ -80,12 +89,12 @@ pub fn to_text_format(openmetrics: &str) -> String {
 }
 
 #[derive(Debug)]
-struct SnapshotCollector(Arc<Published>);
+struct SnapshotCollector(Arc<Published>, Option<&'static str>);
 
 impl Collector for SnapshotCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let e = &self.0;
-        agent::encode(&mut enc, &e.snapshot)?;
+        agent::encode(&mut enc, &e.snapshot, self.1)?;
         gpu::encode(&mut enc, &e.snapshot, &e.xid_totals, &e.accounting)?;
         container::encode(&mut enc, &e.snapshot, &e.accounting)?;
         alerts::encode(&mut enc, &e.alerts)
