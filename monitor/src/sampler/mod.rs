@@ -840,6 +840,9 @@ fn join_gpu_holders(
     unverified: impl Fn(&WorkloadId) -> Option<String>,
 ) -> PidSet {
     let mut gpu_pids = PidSet::default();
+    // Each workload's GPU processes with their CPU time, each PID once (a DDP rank holds
+    // several GPUs).
+    let mut cpu: BTreeMap<&WorkloadId, BTreeMap<u32, Option<f64>>> = BTreeMap::new();
     for gpu in gpus {
         for p in &gpu.processes {
             let Some(id) = &p.workload else { continue };
@@ -850,33 +853,25 @@ fn join_gpu_holders(
                 w
             });
             add_gpu_share(&mut w.gpu, gpu, p);
+            cpu.entry(id)
+                .or_default()
+                .insert(p.reading.pid, p.host_cpu_seconds);
         }
     }
-    for w in workloads.values_mut() {
-        w.gpu.process_cpu = process_cpu(w, gpus);
+    for (id, pids) in cpu {
+        if let Some(w) = workloads.get_mut(id) {
+            // Known only when every one of them was measured this round.
+            w.gpu.process_cpu =
+                pids.values()
+                    .copied()
+                    .sum::<Option<f64>>()
+                    .map(|seconds| ProcessCpu {
+                        seconds,
+                        processes: pids.len(),
+                    });
+        }
     }
     gpu_pids
-}
-
-/// The host CPU time of a workload's GPU processes (each PID once, however many GPUs it
-/// holds), when every one of them was measured this round.
-fn process_cpu(w: &Workload, gpus: &[Gpu]) -> Option<ProcessCpu> {
-    let pids = w.gpu.pids();
-    if pids.is_empty() {
-        return None;
-    }
-    let mut seconds = 0.0;
-    for pid in &pids {
-        let p = gpus
-            .iter()
-            .flat_map(|g| &g.processes)
-            .find(|p| p.reading.pid == *pid && p.workload.as_ref() == Some(&w.id))?;
-        seconds += p.host_cpu_seconds?;
-    }
-    Some(ProcessCpu {
-        seconds,
-        processes: pids.len(),
-    })
 }
 
 fn is_shared(g: &Gpu) -> bool {
@@ -952,14 +947,18 @@ mod tests {
         let mut workloads = BTreeMap::new();
         workloads.insert(train.clone(), new_workload(train.clone(), None));
         let mut g0 = gpu(0);
+        let measured = |mut p: GpuProcess, cpu: f64| {
+            p.host_cpu_seconds = Some(cpu);
+            p
+        };
         g0.processes = vec![
-            process(10, Some(&train), 3 << 30),
-            process(11, Some(&train), 1 << 30),
+            measured(process(10, Some(&train), 3 << 30), 0.5),
+            measured(process(11, Some(&train), 1 << 30), 0.25),
             process(12, Some(&job), 2 << 30),
             process(13, None, 5 << 30),
         ];
         let mut g1 = gpu(1);
-        g1.processes = vec![process(10, Some(&train), 4 << 30)];
+        g1.processes = vec![measured(process(10, Some(&train), 4 << 30), 0.5)];
         let pids = join_gpu_holders(&mut workloads, &[g0, g1], |id| {
             (id.id.as_ref() == "job").then(|| "inspect failed".to_owned())
         });
@@ -977,7 +976,16 @@ mod tests {
             .collect();
         assert_eq!(shares, [(0, 4 << 30, vec![10, 11]), (1, 4 << 30, vec![10])]);
         assert_eq!(t.container_unverified, None);
+        // Its GPU processes' CPU time, PID 10 once though it holds both GPUs.
+        assert_eq!(
+            t.gpu.process_cpu,
+            Some(ProcessCpu {
+                seconds: 0.75,
+                processes: 2
+            })
+        );
         let j = &workloads[&job];
+        assert_eq!(j.gpu.process_cpu, None, "its process was not measured");
         assert_eq!((j.gpu.processes, j.gpu.memory_bytes), (1, 2 << 30));
         assert_eq!(j.container_unverified.as_deref(), Some("inspect failed"));
         assert_eq!(
