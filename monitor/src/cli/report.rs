@@ -59,7 +59,9 @@ fn read(path: &std::path::Path) -> Result<gpuwatch::recording::Recording> {
 
 pub(crate) fn plot(args: &PlotArgs) -> Result<()> {
     let rec = read(&args.recording)?;
-    let files = gpuwatch::output::plot::plot_all(&rec, &args.output, &args.format)?;
+    let summary = gpuwatch::output::report::summarise(&rec, "");
+    let files =
+        gpuwatch::output::plot::plot_all(&rec, &summary.containers, &args.output, &args.format)?;
     for f in files {
         println!("{}", f.display());
     }
@@ -112,7 +114,7 @@ pub(crate) fn report(args: &ReportArgs) -> Result<()> {
                     PathBuf::from(p)
                 }
             });
-            let files = plot::plot_all(&rec, &plots, &[Format::Png])?;
+            let files = plot::plot_all(&rec, &summary.containers, &plots, &[Format::Png])?;
             // Links relative to where the Markdown lands.
             let base = if to_stdout {
                 PathBuf::from(".")
@@ -132,7 +134,7 @@ pub(crate) fn report(args: &ReportArgs) -> Result<()> {
         }
         ReportFormat::Html => {
             let dir = private_temp_dir()?;
-            let files = plot::plot_all(&rec, dir.path(), &[Format::Svg])?;
+            let files = plot::plot_all(&rec, &summary.containers, dir.path(), &[Format::Svg])?;
             let page = report::html(&summary, &|k| {
                 let want = key_for(k);
                 let f = files.iter().find(|f| chart_key(f) == want)?;

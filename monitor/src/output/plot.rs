@@ -45,9 +45,12 @@ fn register_font() {
     });
 }
 
-/// Writes every chart of `rec` into `dir`; returns the files written.
+/// Writes every chart of `rec` into `dir`; returns the files written. `containers` is `rec`
+/// summarised ([`super::report::summarise`]): its GPU-hours by cause are the stacked bars, and a
+/// caller that has the summary already (`report`) passes it rather than reading `rec` twice.
 pub fn plot_all(
     rec: &Recording,
+    containers: &[super::report::ContainerSummary],
     dir: &Path,
     formats: &[Format],
 ) -> Result<Vec<PathBuf>, PlotError> {
@@ -67,7 +70,7 @@ pub fn plot_all(
             written.push(path);
         }
     }
-    let bars = held_bars(&super::report::summarise(rec, "").containers);
+    let bars = held_bars(containers);
     if !bars.is_empty() {
         for &f in formats {
             let path = dir.join(format!("{HELD_CHART_FILE}.{}", extension(f)));
