@@ -77,6 +77,32 @@ fn man_page_is_roff_for_section_1() {
     }
 }
 
+/// `man --dir` writes a page per subcommand, each with that subcommand's own options.
+#[test]
+fn man_dir_holds_a_page_for_each_subcommand() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("man1");
+    let (ok, _, err) = gpuwatch(&["man", "--dir", out.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let main = std::fs::read_to_string(out.join("gpuwatch.1")).unwrap();
+    assert!(main.contains(".TH gpuwatch 1"), "{main}");
+    for c in COMMANDS {
+        let file = out.join(format!("gpuwatch-{c}.1"));
+        let page = std::fs::read_to_string(&file)
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+            .replace("\\-", "-");
+        assert!(page.contains(&format!(".TH gpuwatch-{c} 1")), "{page}");
+    }
+    let snapshot = std::fs::read_to_string(out.join("gpuwatch-snapshot.1"))
+        .unwrap()
+        .replace("\\-", "-");
+    assert!(snapshot.contains("--json"), "{snapshot}");
+    let serve = std::fs::read_to_string(out.join("gpuwatch-serve.1"))
+        .unwrap()
+        .replace("\\-", "-");
+    assert!(serve.contains("--web.listen-address"), "{serve}");
+}
+
 /// DOCKER_HOST names the socket when no flag does: rootless Docker and Podman's compatible
 /// socket are found the way the docker CLI finds them.
 #[test]

@@ -84,11 +84,16 @@ fn run() -> Result<()> {
             );
             return Ok(());
         }
-        Command::Man => {
+        Command::Man { dir } => {
             use clap::CommandFactory;
-            return clap_mangen::Man::new(Cli::command())
-                .render(&mut std::io::stdout())
-                .context("writing the man page");
+            let Some(dir) = dir else {
+                return clap_mangen::Man::new(Cli::command())
+                    .render(&mut std::io::stdout())
+                    .context("writing the man page");
+            };
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            return clap_mangen::generate_to(Cli::command(), dir)
+                .with_context(|| format!("writing the man pages into {}", dir.display()));
         }
         _ => {}
     }
@@ -106,7 +111,7 @@ fn run() -> Result<()> {
         Command::Top(args) => cli::top::top(&args, &config),
         Command::CheckConfig { .. }
         | Command::Completions { .. }
-        | Command::Man
+        | Command::Man { .. }
         | Command::Plot(_)
         | Command::Report(_)
         | Command::Compare(_) => {

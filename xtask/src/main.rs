@@ -69,7 +69,8 @@ enum Task {
     /// second and peak RSS over the same GPU load, one after the other, with the ratios.
     BenchVsNvitop(bench_vs_nvitop::Args),
     /// Build the release tarball under target/dist: the stripped binary, the systemd unit, the
-    /// example config, the README and the licences, with the glibc floor it needs.
+    /// example config, the dashboard, the rules, man pages, completions, docs, the README and the
+    /// licences, with the glibc floor it needs.
     Release,
     /// Run each fuzz target (tests/fuzz: the recording reader, cgroup paths, /proc stat,
     /// mountinfo, BTF, the config and its error locator) for a set time, with a table of runs.

@@ -1,5 +1,6 @@
 //! `cargo xtask release`: the tarball an operator installs from — the stripped binary, the
-//! systemd unit, the example config, the README and the licences — with the oldest glibc the
+//! systemd unit, the example config, the Grafana dashboard, the Prometheus rules, the man pages,
+//! the shell completions, the docs, the README and the licences — with the oldest glibc the
 //! binary runs on, read from the symbol versions it needs, written beside it and said.
 use crate::setup::run_cmd;
 use crate::{cargo, workspace_root};
@@ -15,6 +16,21 @@ const FILES: &[(&str, &str)] = &[
     ("LICENSE-MIT", "LICENSE-MIT"),
     ("LICENSE-APACHE", "LICENSE-APACHE"),
     ("LICENSE-GPL2", "LICENSE-GPL2"),
+    (
+        "deploy/grafana/gpuwatch-dashboard.json",
+        "grafana/gpuwatch-dashboard.json",
+    ),
+    (
+        "deploy/prometheus/gpuwatch-rules.yml",
+        "prometheus/gpuwatch-rules.yml",
+    ),
+];
+
+/// The shells `gpuwatch completions` writes a script for, and the script's name in the tarball.
+const COMPLETIONS: &[(&str, &str)] = &[
+    ("bash", "completions/gpuwatch.bash"),
+    ("zsh", "completions/_gpuwatch"),
+    ("fish", "completions/gpuwatch.fish"),
 ];
 
 fn say(msg: &str) {
@@ -44,9 +60,16 @@ pub fn run() -> Result<()> {
         "strip gpuwatch",
     )?;
     for (from, to) in FILES {
-        std::fs::copy(root.join(from), stage.join(to))
-            .with_context(|| format!("copying {from}"))?;
+        copy(&root.join(from), &stage.join(to))?;
     }
+    for doc in std::fs::read_dir(root.join("docs")).context("reading docs/")? {
+        let doc = doc?.path();
+        if doc.extension().is_some_and(|e| e == "md") {
+            let name = doc.file_name().context("a docs/ entry without a name")?;
+            copy(&doc, &stage.join("docs").join(name))?;
+        }
+    }
+    generated(&binary, &stage)?;
     let floor = glibc_floor(&binary)?;
     std::fs::write(
         stage.join("GLIBC"),
@@ -68,6 +91,38 @@ pub fn run() -> Result<()> {
         "{} (needs glibc {floor} or newer)",
         tarball.display()
     ));
+    Ok(())
+}
+
+fn copy(from: &Path, to: &Path) -> Result<()> {
+    if let Some(dir) = to.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::copy(from, to).with_context(|| format!("copying {}", from.display()))?;
+    Ok(())
+}
+
+/// What the binary writes about itself: a man page per subcommand and the completion scripts.
+fn generated(binary: &Path, stage: &Path) -> Result<()> {
+    let man = stage.join("man/man1");
+    run_cmd(
+        Command::new(binary).arg("man").arg("--dir").arg(&man),
+        "gpuwatch man --dir",
+    )?;
+    for (shell, to) in COMPLETIONS {
+        let out = Command::new(binary)
+            .args(["completions", shell])
+            .output()
+            .with_context(|| format!("running gpuwatch completions {shell}"))?;
+        if !out.status.success() {
+            bail!("gpuwatch completions {shell} failed ({})", out.status);
+        }
+        let to = stage.join(to);
+        if let Some(dir) = to.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(&to, out.stdout).with_context(|| format!("writing {}", to.display()))?;
+    }
     Ok(())
 }
 

@@ -103,8 +103,15 @@ pub(crate) enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff) to stdout (e.g. `gpuwatch man > /usr/local/share/man/man1/gpuwatch.1`).
-    Man,
+    /// Print the man page (roff) to stdout (e.g. `gpuwatch man > /usr/local/share/man/man1/gpuwatch.1`),
+    /// or with --dir write one page for gpuwatch and one for each subcommand
+    /// (gpuwatch-snapshot.1, …) into a directory.
+    Man {
+        /// The directory to write gpuwatch.1 and gpuwatch-<subcommand>.1 into (created if
+        /// missing), e.g. /usr/local/share/man/man1.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Validate a config file without running anything.
     CheckConfig {
         /// The YAML file to check.
