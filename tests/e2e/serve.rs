@@ -311,7 +311,7 @@ fn api_landing_page_and_expiry_of_exited_containers() {
     };
     assert_eq!(wait_for("/-/ready", &|b| b == "ready\n"), "ready\n");
     let landing = wait_for("/", &|b| b.contains("/metrics"));
-    assert!(landing.contains("<title>gpuwatch</title>"));
+    assert!(landing.contains("<title>gpuwatch: "), "{landing}");
     let containers: Value =
         serde_json::from_str(&wait_for("/api/v1/containers", &|b| b.contains(&c.name))).unwrap();
     let mine = containers["containers"]
@@ -1152,4 +1152,116 @@ fn a_megabyte_label_is_cut_everywhere_and_whole_for_its_container() {
         1 << 20
     );
     assert_eq!(one["container"]["id"], format!("docker:{}", c.id));
+}
+
+/// The page at `/` in a real browser (Debian's headless Chromium): it loads with no network
+/// beyond the agent, and shows a container's verdict, evidence and advice; its screenshot has
+/// the verdict's badge drawn.
+#[test]
+fn a_browser_shows_a_containers_verdict_evidence_and_advice() {
+    require_root();
+    let browser = Path::new("/usr/bin/chromium-headless-shell");
+    assert!(
+        browser.exists(),
+        "{} missing: run `cargo xtask setup --test`",
+        browser.display()
+    );
+    let c = Container::start(&unique("serve-page"), &[], "sleep 3600");
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    std::fs::write(
+        &scenario,
+        serde_json::to_vec(
+            &json!({"devices": [{"uuid": "GPU-page", "utilization_gpu": 0,
+            "processes": [{"pid": c.pid, "used_memory_bytes": GIB, "sm_util": 0}]}]}),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let (_agent, addr) = serve(&scenario, &[]);
+    // The container's verdict and advice, as the API gives them, once it has one.
+    let started = Instant::now();
+    let verdict = loop {
+        let (_, body) = get(&format!("{addr}/api/v1/containers"));
+        let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        let mine = v["containers"].as_array().into_iter().flatten().find(|w| {
+            w["name"] == c.name.as_str()
+                && w["verdict"]["advice"]
+                    .as_str()
+                    .is_some_and(|a| !a.is_empty())
+                && w["verdict"]["evidence"][0].is_string()
+        });
+        if let Some(w) = mine {
+            break w["verdict"].clone();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no verdict: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let chrome = |extra: &[&str]| {
+        // A browser that hangs fails the test rather than holding it.
+        let out = Command::new("timeout")
+            .arg("60")
+            .arg(browser)
+            .args(["--no-sandbox", "--disable-gpu", "--hide-scrollbars"])
+            .arg("--window-size=1300,1400")
+            .args(extra)
+            .arg(format!("{addr}/"))
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let dom = chrome(&["--dump-dom"]);
+    let label = verdict["kind"].as_str().unwrap();
+    let text = |s: &str| {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    // The container's own section (the advice also appears in an alert's action).
+    let start = dom
+        .find(&format!("<h3>{}</h3>", c.name))
+        .unwrap_or_else(|| panic!("no section for {}:\n{dom}", c.name));
+    let section = &dom[start..start + dom[start..].find("</section>").unwrap()];
+    for want in [
+        "class=\"verdict ".to_owned(),
+        label.to_owned(),
+        text(verdict["advice"].as_str().unwrap()),
+        text(verdict["evidence"][0].as_str().unwrap()),
+    ] {
+        assert!(
+            section.contains(&want),
+            "{want:?} not in the container's section:\n{section}"
+        );
+    }
+
+    let shot = dir.path().join("page.png");
+    chrome(&[&format!("--screenshot={}", shot.display())]);
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let channels = info.color_type.samples();
+    // The badge's colour for this verdict (web_page.rs's .ok / .problem / .neutral).
+    let badge: [u8; 3] = match label {
+        "GPU-bound" => [0xd9, 0xf2, 0xd9],
+        "unknown" | "idle" => [0xee, 0xee, 0xee],
+        _ => [0xff, 0xe2, 0xb3],
+    };
+    let badge_pixels = buf[..info.buffer_size()]
+        .chunks(channels)
+        .filter(|p| p[..3] == badge)
+        .count();
+    assert!(
+        badge_pixels > 100,
+        "{badge_pixels} pixels of the badge's colour {badge:?} in the screenshot"
+    );
 }

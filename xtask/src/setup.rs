@@ -45,7 +45,7 @@ const BUILD_PACKAGES: &[(&str, &str)] = &[("cc", "gcc"), ("pkg-config", "pkg-con
 /// test image; Prometheus (and its promtool) to scrape `gpuwatch serve` and check deploy/'s
 /// rules; tmux to drive `gpuwatch top`; kubectl to render deploy/kubernetes; VictoriaMetrics
 /// for the fleet test's remote_write; Podman, whose Docker-compatible service the agent must
-/// name as Podman.
+/// name as Podman; headless Chromium to load `serve`'s web page as a browser does.
 const TEST_PACKAGES: &[(&str, &str)] = &[
     ("dockerd", "docker.io"),
     ("busybox", "busybox-static"),
@@ -55,6 +55,7 @@ const TEST_PACKAGES: &[(&str, &str)] = &[
     ("kubectl", "kubernetes-client"),
     ("victoria-metrics", "victoria-metrics"),
     ("podman", "podman"),
+    ("chromium-headless-shell", "chromium-headless-shell"),
 ];
 
 fn say(msg: &str) {

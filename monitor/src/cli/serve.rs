@@ -61,6 +61,7 @@ pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
         stale_after: interval * 3 + config.sources.nvml_series_interval * 2,
         heartbeat: std::sync::OnceLock::new(),
         stall_limit: gpuwatch::heartbeat::stall_limit(interval),
+        page_refresh: interval,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -97,6 +98,7 @@ pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
     let _ = site.heartbeat.set(agent.sampler.heartbeat());
     let mut xid_totals: BTreeMap<u32, u64> = BTreeMap::new();
     let mut accounting = gpuwatch::output::accounting::Accounting::default();
+    let mut recent = gpuwatch::output::recent::Recent::default();
     let result = gpuwatch::runtime::daemon::run_rounds(
         &mut agent,
         config,
@@ -106,11 +108,13 @@ pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
         |snap, _, engine| -> Result<()> {
             gpuwatch::output::published::count_xids(&mut xid_totals, &snap);
             accounting.add(&snap);
+            recent.add(&snap);
             let exported = Arc::new(Published {
                 snapshot: snap,
                 alerts: engine.active(),
                 xid_totals: xid_totals.clone(),
                 accounting: accounting.clone(),
+                recent: recent.clone(),
             });
             if let Ok(mut p) = published.write() {
                 *p = Some(exported);

@@ -58,6 +58,7 @@ pub(crate) fn top(args: &TopArgs, config: &Config) -> Result<()> {
                 alerts: engine.active(),
                 xid_totals: xid_totals.clone(),
                 accounting: Default::default(),
+                recent: Default::default(),
             });
         }
         latest

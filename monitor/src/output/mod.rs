@@ -6,8 +6,10 @@ pub mod plot;
 pub mod process_metrics;
 pub mod prometheus;
 pub mod published;
+pub mod recent;
 pub mod report;
 pub mod table;
+pub mod web_page;
 pub mod why;
 
 /// Escapes text for HTML element content.

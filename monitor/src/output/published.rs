@@ -1,6 +1,7 @@
 //! What the agent publishes after each round for everything that reads it between rounds: the
-//! Prometheus endpoint, the JSON API, `top`. Readers never query a source.
+//! Prometheus endpoint, the JSON API, the web page, `top`. Readers never query a source.
 use super::accounting::Accounting;
+use super::recent::Recent;
 use crate::health::alerts::Alert;
 use crate::model::Snapshot;
 use std::collections::BTreeMap;
@@ -15,6 +16,8 @@ pub struct Published {
     pub xid_totals: BTreeMap<u32, u64>,
     /// GPU-seconds busy and idle, loader seconds, since the agent started.
     pub accounting: Accounting,
+    /// The last minutes of the busy shares, for the web page's charts.
+    pub recent: Recent,
 }
 
 /// Adds the round's Xid events to the per-GPU totals [`Published::xid_totals`] carries.

@@ -50,41 +50,41 @@ fn render(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// The GPU table's columns, [`gpu_row`]'s cells.
+pub const GPU_COLUMNS: [&str; 10] = [
+    "GPU", "NAME", "BUSY%", "SM%", "MEM GiB", "TEMP°C", "POWER W", "SM MHz", "PROCS", "THROTTLE",
+];
+
+/// The workload table's columns, [`workload_row`]'s cells.
+pub const WORKLOAD_COLUMNS: [&str; 9] = [
+    "KIND",
+    "NAME",
+    "IMAGE",
+    "SERVICE",
+    "GPU MEM GiB",
+    "GPU:BUSY",
+    "CPU",
+    "MEM GiB",
+    "VERDICT",
+];
+
 /// The `snapshot` table: GPUs (when NVML is up), then workloads, then what could not be
 /// seen.
 pub fn render_snapshot(s: &Snapshot) -> String {
     let mut out = String::new();
     if s.sources.nvml.up {
         let rows: Vec<Vec<String>> = s.gpus.iter().map(gpu_row).collect();
-        out.push_str(&render(
-            &[
-                "GPU", "NAME", "BUSY%", "SM%", "MEM GiB", "TEMP°C", "POWER W", "SM MHz", "PROCS",
-                "THROTTLE",
-            ],
-            &rows,
-        ));
+        out.push_str(&render(&GPU_COLUMNS, &rows));
         out.push('\n');
     }
     let rows: Vec<Vec<String>> = s.workloads.iter().map(workload_row).collect();
-    out.push_str(&render(
-        &[
-            "KIND",
-            "NAME",
-            "IMAGE",
-            "SERVICE",
-            "GPU MEM GiB",
-            "GPU:BUSY",
-            "CPU",
-            "MEM GiB",
-            "VERDICT",
-        ],
-        &rows,
-    ));
+    out.push_str(&render(&WORKLOAD_COLUMNS, &rows));
     render_blind_spots(s, &mut out);
     out
 }
 
-fn gpu_row(g: &crate::model::Gpu) -> Vec<String> {
+/// One GPU's cells, unbounded and unescaped: each view bounds and escapes them its own way.
+pub fn gpu_row(g: &crate::model::Gpu) -> Vec<String> {
     let d = &g.device;
     vec![
         d.index.to_string(),
@@ -125,7 +125,8 @@ fn gpu_row(g: &crate::model::Gpu) -> Vec<String> {
     ]
 }
 
-fn workload_row(w: &crate::model::Workload) -> Vec<String> {
+/// One workload's cells, unbounded and unescaped: each view bounds and escapes them its own way.
+pub fn workload_row(w: &crate::model::Workload) -> Vec<String> {
     let c = w.container.as_ref();
     let gpus = if w.gpu.per_gpu.is_empty() {
         "-".to_owned()

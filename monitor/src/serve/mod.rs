@@ -4,7 +4,7 @@
 //!
 //! | path | what |
 //! |---|---|
-//! | `/` | landing page |
+//! | `/` | the web page: sources, alerts, GPUs, each GPU holder's verdict, evidence, advice and charts ([`crate::output::web_page`]) |
 //! | `/metrics` | OpenMetrics text ([`crate::output::prometheus`]) |
 //! | `/api/v1/containers` | the workloads of the last snapshot (JSON) |
 //! | `/api/v1/gpus` | the GPUs of the last snapshot (JSON) |
@@ -54,6 +54,8 @@ pub struct Site {
     /// turn false while a round has run longer than `stall_limit` (a source that hangs).
     pub heartbeat: std::sync::OnceLock<Arc<Heartbeat>>,
     pub stall_limit: Duration,
+    /// How often the page at `/` reloads itself: the sampling interval.
+    pub page_refresh: Duration,
 }
 
 impl Site {
@@ -314,7 +316,11 @@ fn route(site: &Site, req: &Request<Incoming>) -> Response<Full<Bytes>> {
         );
     };
     match path {
-        "/" => respond(StatusCode::OK, "text/html; charset=utf-8", landing(&e)),
+        "/" => respond(
+            StatusCode::OK,
+            "text/html; charset=utf-8",
+            crate::output::web_page::render(&e, site.page_refresh),
+        ),
         "/metrics" => {
             match prometheus::render_live(&e, site.stalled().and_then(|s| s.step.source())) {
                 Ok(text) => {
@@ -409,33 +415,6 @@ fn ready(current: Option<&Published>, stale_after: Duration) -> Response<Full<By
     respond(StatusCode::OK, "text/plain", "ready\n")
 }
 
-fn landing(e: &Published) -> String {
-    let s = &e.snapshot;
-    let esc = crate::output::html_escape;
-    let firing = e
-        .alerts
-        .iter()
-        .filter(|a| a.state == crate::health::alerts::AlertState::Firing)
-        .count();
-    format!(
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>gpuwatch</title></head>\n\
-         <body><h1>gpuwatch {version}</h1>\n\
-         <p>Host <b>{host}</b>: {gpus} GPU(s), {workloads} workload(s), {firing} firing \
-         alert(s); last sample {taken}.</p>\n<ul>\n\
-         <li><a href=\"metrics\">/metrics</a> (Prometheus)</li>\n\
-         <li><a href=\"api/v1/containers\">/api/v1/containers</a></li>\n\
-         <li><a href=\"api/v1/gpus\">/api/v1/gpus</a></li>\n\
-         <li><a href=\"api/v1/alerts\">/api/v1/alerts</a></li>\n\
-         <li><a href=\"api/v1/snapshot\">/api/v1/snapshot</a></li>\n\
-         </ul></body></html>\n",
-        version = env!("CARGO_PKG_VERSION"),
-        host = esc(&s.host.hostname),
-        gpus = s.gpus.len(),
-        workloads = s.workloads.len(),
-        taken = esc(&s.taken_at),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -453,6 +432,7 @@ mod tests {
             alerts: Vec::new(),
             xid_totals: Default::default(),
             accounting: Default::default(),
+            recent: Default::default(),
         }
     }
 

@@ -208,6 +208,7 @@ mod tests {
             alerts: Vec::new(),
             xid_totals: BTreeMap::new(),
             accounting: Default::default(),
+            recent: Default::default(),
         };
         let mut v = View::new(false);
         let order = |v: &View| -> Vec<String> {
@@ -261,6 +262,7 @@ mod tests {
             alerts: Vec::new(),
             xid_totals: BTreeMap::new(),
             accounting: Default::default(),
+            recent: Default::default(),
         };
         let mut v = View::new(false);
         assert!(v.key(key(KeyCode::Down)));

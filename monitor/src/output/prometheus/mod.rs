@@ -276,6 +276,7 @@ mod tests {
             alerts: Vec::new(),
             xid_totals: BTreeMap::new(),
             accounting,
+            recent: Default::default(),
         });
         let text = render(&e).expect("render");
         let mut per_container: std::collections::HashMap<&str, usize> = Default::default();
@@ -326,6 +327,7 @@ mod tests {
             alerts: Vec::new(),
             xid_totals: BTreeMap::new(),
             accounting: Default::default(),
+            recent: Default::default(),
         });
         let text = render(&e).expect("render");
         assert!(text.len() < 200_000, "{} bytes", text.len());
@@ -351,6 +353,7 @@ mod tests {
             alerts: Vec::new(),
             xid_totals: BTreeMap::from([(0, 2)]),
             accounting: Default::default(),
+            recent: Default::default(),
         });
         let text = render(&e).expect("render");
         let line = |prefix: &str| {
@@ -430,6 +433,7 @@ mod tests {
             alerts: Vec::new(),
             xid_totals: BTreeMap::new(),
             accounting: Default::default(),
+            recent: Default::default(),
         });
         let text = render(&e).expect("render");
         let mut exported = std::collections::BTreeSet::new();
