@@ -1,4 +1,4 @@
-//! `/metrics` render time for 1,000 containers × 8 GPUs (each container on all 8 GPUs: 8,000
+//! `/metrics` (and the web page's) render time for 1,000 containers × 8 GPUs (each container on all 8 GPUs: 8,000
 //! per-GPU container series per family, about 60,000 lines). The target: p99 < 50 ms.
 //! Prints p50/p99/max over 200 renders, then lets criterion measure the mean. Run with
 //! `cargo xtask bench`.
@@ -50,11 +50,19 @@ fn exported() -> Arc<Published> {
             t.gpu_idle_seconds.insert(kind, 1800.0);
         }
     }
+    // The web page's charts full: every series at its most points.
+    let mut recent = gpuwatch::output::recent::Recent::default();
+    let mut snap = snapshot(1_700_000_000_000, gpus, workloads);
+    for i in 0..gpuwatch::output::recent::POINTS as u64 {
+        snap.taken_at_unix_ms = 1_700_000_000_000 + i * 5_000;
+        recent.add(&snap);
+    }
     Arc::new(Published {
-        snapshot: snapshot(1_700_000_000_000, gpus, workloads),
+        snapshot: snap,
         alerts: Vec::new(),
         xid_totals: BTreeMap::new(),
         accounting,
+        recent,
     })
 }
 
@@ -79,6 +87,17 @@ fn bench(c: &mut Criterion) {
     );
     c.bench_function("metrics_render_1000x8", |b| {
         b.iter(|| render(&e).expect("render"))
+    });
+    let refresh = std::time::Duration::from_secs(5);
+    let t = Instant::now();
+    let page = gpuwatch::output::web_page::render(&e, refresh);
+    println!(
+        "\nweb page, {CONTAINERS} containers x {GPUS} GPUs, charts full: {:.1} MiB in {:.1} ms\n",
+        page.len() as f64 / 1048576.0,
+        t.elapsed().as_secs_f64() * 1000.0
+    );
+    c.bench_function("web_page_1000x8", |b| {
+        b.iter(|| gpuwatch::output::web_page::render(&e, refresh))
     });
 }
 
