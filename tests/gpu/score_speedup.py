@@ -4,8 +4,10 @@
 
 TRUTH.json is loader_job.py's step log; its gpu_bound phase (the same model and batch with the
 samples in memory) is the job with the bottleneck removed. Per other phase: the steady rows'
-verdicts, the mean of the agent's `speedup` ends, and the real gain (the gpu_bound phase's step
-rate over this phase's). Exits 1 when a phase's real gain falls outside the mean range."""
+verdicts, the agent's `speedup` ends over the rows that have both (the harmonic mean of each:
+a phase's gain is its total time over the fixed job's, so the rows' times add, not their
+ratios), and the real gain (the gpu_bound phase's step rate over this phase's). Exits 1 when a
+phase's real gain falls outside that range."""
 import json
 import statistics
 import sys
@@ -40,13 +42,12 @@ for phase, ss in phases.items():
             continue
         kinds[v["kind"]] = kinds.get(v["kind"], 0) + 1
         s = v.get("speedup")
-        if s:
+        if s and s.get("high"):
             lows.append(s["low"])
-            if s.get("high"):
-                highs.append(s["high"])
+            highs.append(s["high"])
     real = fixed / rate(ss)
-    low = statistics.mean(lows) if lows else float("nan")
-    high = statistics.mean(highs) if highs else float("nan")
+    low = statistics.harmonic_mean(lows) if lows else float("nan")
+    high = statistics.harmonic_mean(highs) if highs else float("nan")
     inside = low <= real <= high
     missed |= not inside
     print(f"{phase}: {kinds}; estimate {low:.1f}-{high:.1f}x in {len(lows)} rows, real {real:.1f}x ({'inside' if inside else 'outside'} the range)")

@@ -1,18 +1,32 @@
 //! What removing the bottleneck a verdict names would buy: the gain in step rate, as a range
 //! whose two ends state their assumptions.
 //!
-//! - **low** = 1 / (1 − s), with s the share of the window the cause costs the training loop
-//!   (its wait for batches, the host-side cause's share, the other jobs' part of a shared GPU):
-//!   the step rate if that time vanished and nothing else changed;
+//! - **low** = 1 / (1 − (s − e)), with s the share of the window the cause costs the training
+//!   loop (its wait for batches, the host-side cause's share, the other jobs' part of a shared
+//!   GPU) and e = [`SHARE_ERROR`], the shares' error measured on the GPU hosts: the step rate if
+//!   that time vanished and nothing else changed, with the share read at its lowest;
 //! - **high** = 1 / busy: the GPU kept busy all the time, since a job whose GPU work per step
 //!   stays the same steps in proportion to its GPU's busy share.
 //!
-//! The cause's share is at most the GPU's idle share, so low ≤ high. Near s = 1 the low end is
-//! sensitive (a point of error in s at 0.96 moves it by a third) and the high end is the
-//! better guide; each is given. Measured on an H100 host (tests/gpu/loader_job.py, the same
-//! model and batch with the samples in memory as the fix): a CPU-bound loader, 15.9–17.9×
-//! estimated, 16.0× real; an I/O-bound loader, 27.6–44.5×, 40.3× real.
+//! The low end is capped at the high one. Near s = 1 the low end is sensitive (a point of
+//! error in s at 0.95 moves 1 / (1 − s) by a fifth), which is why it allows for the error.
+//! Measured against loader_job.py (tests/gpu/; the same model and batch with the samples in
+//! memory as the fix; over a phase's rows with both ends, the harmonic mean of each; the H200's
+//! range replays its recorded shares through this formula):
+//!
+//! | host | phase | 1 / (1 − s) | this range | real |
+//! |---|---|---|---|---|
+//! | H100 | CPU-bound loader | 15.9× | 9.7–17.9× | 16.0× |
+//! | H200 | CPU-bound loader | 20.1× | 11.1–21.6× | 16.9× |
+//! | H200 | I/O-bound loader | 26.9× | 13.0–42.8× | 42.4× |
+//!
+//! On the H200 the fixed job itself still waited 6.7 % of its steps for batches and the share
+//! read 0.7 points high, so 1 / (1 − s) alone promised more than the fix gave.
 use crate::model::{Speedup, Verdict, VerdictKind};
+
+/// The shares' error on the GPU hosts (docs/accuracy.md: loader and quota shares within
+/// 4 points of the jobs' own).
+pub const SHARE_ERROR: f64 = 0.04;
 
 /// GPU busy share under which no high end is given: the GPU barely ran, and 1 / busy says
 /// nothing a user can plan with.
@@ -39,7 +53,7 @@ pub fn speedup(v: &Verdict) -> Option<Speedup> {
         return None;
     }
     let high = (v.gpu_busy_fraction >= BUSY_MIN).then(|| 1.0 / v.gpu_busy_fraction);
-    let low = 1.0 / (1.0 - share);
+    let low = 1.0 / (1.0 - (share - SHARE_ERROR).max(0.0));
     Some(Speedup {
         low: high.map_or(low, |h| low.min(h)),
         high,
@@ -51,7 +65,8 @@ pub fn describe(s: &Speedup) -> String {
     match s.high {
         Some(high) => format!(
             "Removing it would make the steps {:.1}–{:.1}× as fast ({:.1}× if the time it costs \
-             vanished and nothing else changed, {:.1}× with the GPU busy all the time).",
+             vanished and nothing else changed, allowing for the share's error; {:.1}× with the \
+             GPU busy all the time).",
             s.low, high, s.low, high
         ),
         None => format!(
@@ -88,7 +103,7 @@ mod tests {
             idlest_gpu: None,
         });
         let s = speedup(&v).unwrap();
-        assert!((s.low - 1.0 / 0.56).abs() < 1e-9, "{s:?}");
+        assert!((s.low - 1.0 / (0.56 + SHARE_ERROR)).abs() < 1e-9, "{s:?}");
     }
 
     #[test]
@@ -101,9 +116,9 @@ mod tests {
             None,
         ))
         .unwrap();
-        assert!((s.low - 1.0 / 0.063).abs() < 1e-9, "{s:?}");
+        assert!((s.low - 1.0 / (0.063 + SHARE_ERROR)).abs() < 1e-9, "{s:?}");
         assert!((s.high.unwrap() - 1.0 / 0.056).abs() < 1e-9, "{s:?}");
-        assert!(describe(&s).contains("15.9–17.9×"), "{}", describe(&s));
+        assert!(describe(&s).contains("9.7–17.9×"), "{}", describe(&s));
     }
 
     #[test]
@@ -136,8 +151,8 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(s.high, None);
-        assert!((s.low - 10.0).abs() < 1e-9);
-        assert!(describe(&s).contains("at least 10.0×"));
+        assert!((s.low - 1.0 / (0.1 + SHARE_ERROR)).abs() < 1e-9);
+        assert!(describe(&s).contains("at least 7.1×"));
         let s = speedup(&verdict_of(
             VerdictKind::InputBoundIo,
             0.01,
@@ -146,5 +161,21 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(s.high, Some(100.0));
+    }
+
+    #[test]
+    fn a_share_within_its_error_promises_no_gain_at_the_low_end() {
+        for share in [SHARE_ERROR - 0.001, SHARE_ERROR] {
+            let s = speedup(&verdict_of(VerdictKind::HostSync, 0.5, None, Some(share))).unwrap();
+            assert_eq!(s.low, 1.0, "{share}");
+        }
+        let s = speedup(&verdict_of(
+            VerdictKind::HostSync,
+            0.5,
+            None,
+            Some(SHARE_ERROR + 0.1),
+        ))
+        .unwrap();
+        assert!((s.low - 1.0 / 0.9).abs() < 1e-9, "{s:?}");
     }
 }
