@@ -494,7 +494,7 @@ pub fn assess(
         evidence,
         advice: judged.advice,
     };
-    v.speedup = speedup::speedup(&v);
+    v.speedup = speedup::speedup(&v, config.gpu_bound_idle_max);
     if let Some(s) = &v.speedup {
         v.advice.push(' ');
         v.advice.push_str(&speedup::describe(s));

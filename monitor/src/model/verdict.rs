@@ -194,13 +194,13 @@ pub struct Verdict {
     pub advice: String,
 }
 
-/// The gain in step rate removing a verdict's bottleneck would buy, as a range: `low` if the
-/// time its cause costs the loop vanished and nothing else changed, `high` with the GPU busy
-/// all the time (`None` when the GPU barely ran).
+/// The gain in step rate removing a verdict's bottleneck would buy: the likely figure and the
+/// range around it (see `analysis::speedup` for the two cases and their assumptions).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Speedup {
     pub low: f64,
-    pub high: Option<f64>,
+    pub likely: f64,
+    pub high: f64,
 }
 
 /// Who else kept the workload's GPUs busy in the window. Every figure is a share of the window
