@@ -1,10 +1,12 @@
-//! The analysis: judges a round after the sampler has assembled it. Each workload gets its
+//! The analysis: judges a round after the sampler has assembled it. Each GPU's energy is
+//! charged to its holders ([`energy`]). Each workload gets its
 //! verdict (why its GPU is idle, or that it is not; naming the container's configuration when
 //! that is the cause; other workloads on its GPU when they are), its OOM headroom and, for a distributed job, the rank the others wait
 //! for; the snapshot arrives
 //! here with the facts only.
 pub mod container_config;
 pub mod contention;
+pub mod energy;
 pub mod headroom;
 pub mod host_side;
 pub mod pressure;
@@ -23,8 +25,9 @@ pub struct AnalysisConfig {
     pub headroom: HeadroomConfig,
 }
 
-/// Fills in each workload's verdict and OOM headroom.
+/// Fills in each GPU's energy and its holders' parts, each workload's verdict and OOM headroom.
 pub fn judge(snap: &mut Snapshot, config: &AnalysisConfig) {
+    energy::charge(snap);
     let window = snap.window_seconds.filter(|w| *w > 0.0);
     let names = contention::names(&snap.workloads);
     let shared: Vec<_> = snap

@@ -231,6 +231,9 @@ pub struct Gpu {
     pub gpm: Option<GpmState>,
     /// PCIe traffic over the span that holds this window.
     pub pcie: Option<PcieTraffic>,
+    /// Its energy over the window (joules): the power reading times the window's length
+    /// (`analysis::energy`); `None` in the first round or without a power reading.
+    pub energy_joules: Option<f64>,
     pub processes: Vec<GpuProcess>,
 }
 
@@ -572,7 +575,18 @@ pub struct WorkloadGpuShare {
     /// The GPU's PCIe traffic, both directions (bytes/s), when the workload is its only active
     /// holder.
     pub pcie_bytes_per_second: Option<f64>,
+    /// The part of the GPU's energy over the window charged to the workload.
+    pub energy: Option<ShareEnergy>,
     pub pids: Vec<u32>,
+}
+
+/// A workload's part of a GPU's energy over a window (joules): its busy part of the GPU's
+/// time, and the GPU's idle time shared equally by those holding it (memory held keeps it
+/// theirs).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct ShareEnergy {
+    pub busy_joules: f64,
+    pub idle_joules: f64,
 }
 
 impl WorkloadGpuShare {
@@ -587,6 +601,7 @@ impl WorkloadGpuShare {
             device_busy_fraction: None,
             sm_activity_percent: None,
             pcie_bytes_per_second: None,
+            energy: None,
             pids: Vec::new(),
         }
     }
@@ -680,6 +695,7 @@ pub mod test_support {
             sm_activity: None,
             gpm: None,
             pcie: None,
+            energy_joules: None,
             processes: Vec::new(),
         }
     }

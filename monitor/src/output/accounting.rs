@@ -1,8 +1,9 @@
 //! Running totals for accounting, kept by `serve` across rounds and exported as `_total`
-//! counters, so `increase()` over any range gives GPU-hours: per GPU its busy seconds; per
+//! counters, so `increase()` over any range gives GPU-hours: per GPU its busy seconds and its
+//! energy; per
 //! workload the GPU-seconds it kept its GPUs busy, the GPU-seconds it held them idle (by the
-//! verdict of the window: what the waste was for), and its loader's seconds on a CPU, waiting
-//! for one and blocked.
+//! verdict of the window: what the waste was for), the joules of its GPUs' energy charged to it
+//! (busy, and idle by verdict), and its loader's seconds on a CPU, waiting for one and blocked.
 //!
 //! A window counts once its busy share is known; each adds `share × window seconds`. A
 //! workload's totals go when it leaves the snapshot (its series end with it, as the gauges'
@@ -21,12 +22,18 @@ pub struct WorkloadTotals {
     pub loader_on_cpu_seconds: f64,
     pub loader_runq_seconds: f64,
     pub loader_blocked_seconds: f64,
+    /// Joules of its GPUs' energy charged to its busy part, and to the idle time it held them,
+    /// by the window's verdict (`analysis::energy`).
+    pub energy_busy_joules: f64,
+    pub energy_idle_joules: BTreeMap<VerdictKind, f64>,
 }
 
 /// The totals since the agent started.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Accounting {
     pub gpu_busy_seconds: BTreeMap<u32, f64>,
+    /// Joules per GPU (its power reading times each window).
+    pub gpu_energy_joules: BTreeMap<u32, f64>,
     pub workloads: BTreeMap<WorkloadId, WorkloadTotals>,
 }
 
@@ -37,6 +44,9 @@ impl Accounting {
             return;
         };
         for g in &s.gpus {
+            if let Some(e) = g.energy_joules {
+                *self.gpu_energy_joules.entry(g.device.index).or_default() += e;
+            }
             if let Some(b) = g.busy {
                 *self.gpu_busy_seconds.entry(g.device.index).or_default() +=
                     b.fraction.clamp(0.0, 1.0) * window;
@@ -61,6 +71,11 @@ impl Accounting {
                 let idle = (parts.len() as f64 - busy) * window;
                 let kind = w.verdict.as_ref().map_or(VerdictKind::Unknown, |v| v.kind);
                 *t.gpu_idle_seconds.entry(kind).or_default() += idle;
+            }
+            let kind = w.verdict.as_ref().map_or(VerdictKind::Unknown, |v| v.kind);
+            for e in w.gpu.per_gpu.iter().filter_map(|g| g.energy) {
+                t.energy_busy_joules += e.busy_joules;
+                *t.energy_idle_joules.entry(kind).or_default() += e.idle_joules;
             }
             for p in w.stalls.iter().flat_map(|st| &st.processes) {
                 if p.role == ProcessRole::Loader {
@@ -118,5 +133,28 @@ mod tests {
         empty.window_seconds = Some(2.0);
         a.add(&empty);
         assert!(a.workloads.is_empty());
+    }
+
+    #[test]
+    fn energy_adds_up_per_gpu_and_per_container_by_verdict() {
+        let mut a = Accounting::default();
+        for (at, kind, busy_j, idle_j) in [
+            (0, VerdictKind::InputBoundIo, 50.0, 150.0),
+            (2000, VerdictKind::GpuBound, 180.0, 20.0),
+            (4000, VerdictKind::InputBoundIo, 40.0, 160.0),
+        ] {
+            let mut s = round(at, Some(0.5), kind);
+            s.gpus[0].energy_joules = Some(200.0);
+            s.workloads[0].gpu.per_gpu[0].energy = Some(crate::model::ShareEnergy {
+                busy_joules: busy_j,
+                idle_joules: idle_j,
+            });
+            a.add(&s);
+        }
+        assert_eq!(a.gpu_energy_joules[&0], 600.0);
+        let t = a.workloads.values().next().unwrap();
+        assert_eq!(t.energy_busy_joules, 270.0);
+        assert_eq!(t.energy_idle_joules[&VerdictKind::InputBoundIo], 310.0);
+        assert_eq!(t.energy_idle_joules[&VerdictKind::GpuBound], 20.0);
     }
 }

@@ -35,6 +35,7 @@ pub fn rows(line: &str) -> Result<Vec<Row>, String> {
             sm_activity_percent: g["sm_activity"]["sm_percent"].as_f64(),
             pcie_rx_bytes_per_second: g["pcie"]["rx_bytes_per_second"].as_f64(),
             pcie_tx_bytes_per_second: g["pcie"]["tx_bytes_per_second"].as_f64(),
+            energy_joules: g["energy_joules"].as_f64(),
             ..stamped(Record::Gpu)
         });
     }
@@ -66,10 +67,21 @@ pub fn rows(line: &str) -> Result<Vec<Row>, String> {
             oom_batch_scale: w["oom_headroom"]["batch_scale"].as_f64(),
             straggler_gpu: w["straggler"]["gpu"].as_f64(),
             advice: text(&v["advice"]),
+            energy_joules: energy(w, |e| {
+                Some(e["busy_joules"].as_f64()? + e["idle_joules"].as_f64()?)
+            }),
+            idle_energy_joules: energy(w, |e| e["idle_joules"].as_f64()),
             ..stamped(Record::Workload)
         });
     }
     Ok(out)
+}
+
+/// `part` of each of a workload's GPUs' energy, summed; `None` unless every GPU has it.
+fn energy(w: &Value, part: impl Fn(&Value) -> Option<f64>) -> Option<f64> {
+    let gpus = w["gpu"]["per_gpu"].as_array()?;
+    let parts: Option<Vec<f64>> = gpus.iter().map(|g| part(&g["energy"])).collect();
+    parts.filter(|p| !p.is_empty()).map(|p| p.iter().sum())
 }
 
 fn text(v: &Value) -> String {

@@ -50,6 +50,8 @@ pub struct GpuSample {
     pub memory_total_bytes: Option<f64>,
     pub temperature_celsius: Option<f64>,
     pub power_watts: Option<f64>,
+    /// Joules over the window (recordings before energy have none).
+    pub energy_joules: Option<f64>,
 }
 
 impl GpuSample {
@@ -92,6 +94,9 @@ pub struct WorkloadSample {
     pub straggler_gpu: Option<u32>,
     /// The verdict's advice, where the recording wrote it (when the verdict changed).
     pub advice: Option<String>,
+    /// Its part of its GPUs' energy over the window (joules), and of that the idle part.
+    pub energy_joules: Option<f64>,
+    pub idle_energy_joules: Option<f64>,
 }
 
 /// An alert transition recorded with the samples.
@@ -313,6 +318,7 @@ impl Recording {
                     memory_total_bytes: row.memory_total_bytes,
                     temperature_celsius: row.temperature_celsius,
                     power_watts: row.power_watts,
+                    energy_joules: row.energy_joules,
                 });
             }
             Record::Workload => {
@@ -336,6 +342,8 @@ impl Recording {
                     oom_batch_scale: row.oom_batch_scale,
                     straggler_gpu: row.straggler_gpu.map(|g| g as u32),
                     advice: (!row.advice.is_empty()).then_some(row.advice),
+                    energy_joules: row.energy_joules,
+                    idle_energy_joules: row.idle_energy_joules,
                 });
             }
             Record::Alert => self.alerts.push(AlertRow {

@@ -35,6 +35,13 @@ pub struct Row {
     pub power_watts: Option<f64>,
     #[serde(with = "number")]
     pub power_limit_watts: Option<f64>,
+    /// Joules over the window: a GPU row's whole energy; a workload row's part of its GPUs'
+    /// (busy and idle together).
+    #[serde(with = "number")]
+    pub energy_joules: Option<f64>,
+    /// A workload row's part of its GPUs' energy while they idled.
+    #[serde(with = "number")]
+    pub idle_energy_joules: Option<f64>,
     #[serde(with = "number")]
     pub sm_clock_mhz: Option<f64>,
     /// `|`-separated.
@@ -320,7 +327,7 @@ mod tests {
     #[test]
     fn the_columns_are_the_fields_in_order() {
         let columns = Row::columns();
-        assert_eq!(columns.len(), 43);
+        assert_eq!(columns.len(), 45);
         assert_eq!(&columns[..3], ["timestamp", "unix_ms", "record"]);
         assert_eq!(columns.last(), Some(&"alert_summary"));
         // The header the csv crate writes for a row is the same list.

@@ -84,6 +84,7 @@ fn gpu_row(s: &Snapshot, g: &Gpu) -> Row {
         tensor_activity_percent: activity.and_then(|a| a.tensor_percent),
         pcie_rx_bytes_per_second: g.pcie.map(|p| p.rx_bytes_per_second),
         pcie_tx_bytes_per_second: g.pcie.map(|p| p.tx_bytes_per_second),
+        energy_joules: g.energy_joules,
         ..stamped(s, Record::Gpu)
     }
 }
@@ -95,6 +96,8 @@ fn workload_row(s: &Snapshot, w: &Workload) -> Row {
     // Rates only from a window the probes covered whole.
     let window = s.window_seconds.filter(|w| *w > 0.0).unwrap_or(1.0);
     let cuda = w.cuda.as_ref().filter(|c| c.traced);
+    // Its part of its GPUs' energy, when every GPU's part is known.
+    let energy = energy_of(w);
     // The least exact method among its GPUs: an estimate anywhere makes the row one.
     let split = w
         .gpu
@@ -133,8 +136,25 @@ fn workload_row(s: &Snapshot, w: &Workload) -> Row {
         sync_share: host.and_then(|h| h.sync_share),
         oom_batch_scale: w.oom_headroom.and_then(|h| h.batch_scale),
         straggler_gpu: w.straggler.as_ref().map(|s| f64::from(s.gpu)),
+        energy_joules: energy.map(|e| e.busy_joules + e.idle_joules),
+        idle_energy_joules: energy.map(|e| e.idle_joules),
         ..stamped(s, Record::Workload)
     }
+}
+
+/// A workload's part of its GPUs' energy over the window, summed over them; `None` unless every
+/// GPU's part is known (a partial sum would read as less energy).
+pub fn energy_of(w: &Workload) -> Option<crate::model::ShareEnergy> {
+    let parts: Vec<_> = w
+        .gpu
+        .per_gpu
+        .iter()
+        .map(|g| g.energy)
+        .collect::<Option<_>>()?;
+    (!parts.is_empty()).then(|| crate::model::ShareEnergy {
+        busy_joules: parts.iter().map(|e| e.busy_joules).sum(),
+        idle_joules: parts.iter().map(|e| e.idle_joules).sum(),
+    })
 }
 
 fn alert_row(s: &Snapshot, a: &Alert) -> Row {

@@ -480,6 +480,7 @@ impl Sampler {
                 sm_activity: None,
                 gpm: None,
                 pcie: None,
+                energy_joules: None,
                 processes,
             });
         }

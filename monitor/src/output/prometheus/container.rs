@@ -333,7 +333,7 @@ fn encode_config(
     )
 }
 
-/// The accounting counters: busy and idle GPU-seconds, the loader's seconds by state.
+/// The accounting counters: busy and idle GPU-seconds and joules, the loader's seconds by state.
 fn totals(
     enc: &mut DescriptorEncoder,
     ws: &[(&Workload, Labels)],
@@ -364,6 +364,30 @@ fn totals(
         Counter,
         with_totals.iter().flat_map(|(t, l)| {
             t.gpu_idle_seconds
+                .iter()
+                .map(|(k, v)| (with((*l).clone(), &[("verdict", k.label().to_owned())]), *v))
+        }),
+    )?;
+    family(
+        enc,
+        "gpuwatch_container_gpu_busy_energy",
+        "Joules of its GPUs' energy charged to the container's busy part of their time.",
+        Some(Unit::Joules),
+        Counter,
+        with_totals
+            .iter()
+            .filter(|(t, _)| !t.energy_idle_joules.is_empty())
+            .map(|(t, l)| ((*l).clone(), t.energy_busy_joules)),
+    )?;
+    family(
+        enc,
+        "gpuwatch_container_gpu_idle_energy",
+        "Joules of its GPUs' energy while they idled, charged to the containers holding them \
+         (equal parts), by the verdict of each window.",
+        Some(Unit::Joules),
+        Counter,
+        with_totals.iter().flat_map(|(t, l)| {
+            t.energy_idle_joules
                 .iter()
                 .map(|(k, v)| (with((*l).clone(), &[("verdict", k.label().to_owned())]), *v))
         }),

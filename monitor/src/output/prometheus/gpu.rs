@@ -210,6 +210,17 @@ pub(super) fn encode(
     )?;
     family(
         enc,
+        "gpuwatch_gpu_energy",
+        "The GPU's energy since the agent started: its power reading times each window \
+         (within 1 % of the driver's energy counter while the load is steady).",
+        Some(Unit::Joules),
+        Counter,
+        devices
+            .iter()
+            .filter_map(|d| Some((labels(d), *accounting.gpu_energy_joules.get(&d.index)?))),
+    )?;
+    family(
+        enc,
         "gpuwatch_gpu_xid_errors",
         "Xid errors the driver reported since the agent started.",
         None,
