@@ -72,7 +72,6 @@ fn run() -> Result<()> {
     match &cli.command {
         Command::CheckConfig { file } => return cli::check_config::check_config(file),
         Command::Plot(args) => return cli::report::plot(args),
-        Command::Report(args) => return cli::report::report(args),
         Command::Compare(args) => return cli::report::compare(args),
         Command::Completions { shell } => {
             use clap::CommandFactory;
@@ -109,11 +108,11 @@ fn run() -> Result<()> {
         Command::Watch(args) => cli::watch::watch(&args, &config),
         Command::Serve(args) => cli::serve::serve(&args, &config),
         Command::Top(args) => cli::top::top(&args, &config),
+        Command::Report(args) => cli::report::report(&args, &config.prices),
         Command::CheckConfig { .. }
         | Command::Completions { .. }
         | Command::Man { .. }
         | Command::Plot(_)
-        | Command::Report(_)
         | Command::Compare(_) => {
             unreachable!("handled above")
         }

@@ -332,3 +332,114 @@ fn text_with_bad_cell(csv: &str, cell: &str) -> String {
     lines[1] = cells.join(",");
     lines.join("\n") + "\n"
 }
+
+/// A real recording of a container on a fake GPU drawing 300 W at 40 % busy: `report` charges
+/// it the GPU's energy (all of it: it holds the GPU alone), 60 % of it idle, and prices both.
+#[test]
+fn report_charges_the_gpus_energy_to_its_holder_and_prices_it() {
+    require_root();
+    let c = Container::start(&unique("energy"), &[], "sleep 3600");
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    std::fs::write(
+        &scenario,
+        serde_json::to_vec(&json!({"devices": [{"uuid": "GPU-energy",
+            "utilization_gpu": 40, "power_mw": 300_000,
+            "processes": [{"pid": c.pid, "used_memory_bytes": GIB, "sm_util": 40}]}]}))
+        .unwrap(),
+    )
+    .unwrap();
+    let config = dir.path().join("gpuwatch.yaml");
+    std::fs::write(
+        &config,
+        "prices:\n  per_gpu_hour: 3.6\n  per_kwh: 1000\n  currency: EUR\n",
+    )
+    .unwrap();
+    let csv = dir.path().join("run.jsonl");
+    let cfg = config.to_str().unwrap();
+    let out = gpuwatch(
+        &[
+            "-c",
+            cfg,
+            "record",
+            "--interval",
+            "500ms",
+            "--duration",
+            "4s",
+            "--format",
+            "jsonl",
+            "-o",
+            csv.to_str().unwrap(),
+        ],
+        Some(&scenario),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = gpuwatch(
+        &["-c", cfg, "report", "--json", csv.to_str().unwrap()],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    // The GPU: 300 W over the rows' windows.
+    let windows: f64 = std::fs::read_to_string(&csv)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["window_seconds"]
+                .as_f64()
+                .unwrap_or(0.0)
+        })
+        .sum();
+    let gpu_kwh = r["gpus"][0]["energy_kwh"].as_f64().unwrap();
+    let want = 300.0 * windows / 3.6e6;
+    assert!(
+        (gpu_kwh / want - 1.0).abs() < 1e-9,
+        "{gpu_kwh} kWh for {want}"
+    );
+
+    let mine = r["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == c.name.as_str())
+        .unwrap();
+    let kwh = mine["energy_kwh"].as_f64().unwrap();
+    assert!(
+        (kwh / gpu_kwh - 1.0).abs() < 1e-6,
+        "{kwh} of the GPU's {gpu_kwh}"
+    );
+    let idle: f64 = mine["idle_energy_kwh"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_f64().unwrap())
+        .sum();
+    assert!((idle / kwh - 0.6).abs() < 0.05, "idle {idle} of {kwh} kWh");
+    let cost = &mine["cost"];
+    assert_eq!(cost["currency"], "EUR");
+    let held = mine["gpu_hours"].as_f64().unwrap() * 3.6 + kwh * 1000.0;
+    assert!(
+        (cost["held"].as_f64().unwrap() - held).abs() < 1e-9,
+        "{cost}"
+    );
+    let idle_hours: f64 = mine["idle_gpu_hours"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_f64().unwrap())
+        .sum();
+    let idle_cost = idle_hours * 3.6 + idle * 1000.0;
+    assert!(
+        (cost["idle"].as_f64().unwrap() - idle_cost).abs() < 1e-9,
+        "{cost}"
+    );
+}

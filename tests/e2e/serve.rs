@@ -64,7 +64,7 @@ fn prometheus_scrapes_it_over_tls_with_basic_auth() {
     std::fs::write(
         &scenario,
         serde_json::to_vec(
-            &json!({"devices": [{"uuid": "GPU-serve", "utilization_gpu": 70,
+            &json!({"devices": [{"uuid": "GPU-serve", "utilization_gpu": 70, "power_mw": 250_000,
             "processes": [{"pid": c.pid, "used_memory_bytes": 3 * GIB, "sm_util": 70}]}]}),
         )
         .unwrap(),
@@ -159,7 +159,8 @@ fn prometheus_scrapes_it_over_tls_with_basic_auth() {
     assert_eq!(loaded, 14, "{rules}");
 
     // The accounting counters: over 20 s of a GPU 70 % busy with the container's work,
-    // increase() gives 14 busy GPU-seconds, for the GPU and for the container, and 6 idle.
+    // increase() gives 14 busy GPU-seconds, for the GPU and for the container, and 6 idle; at
+    // 250 W, 5,000 J for the GPU, 3,500 of them the container's busy part, 1,500 idle.
     let value = |q: &str| -> Option<f64> {
         promql(&prom, q)["data"]["result"].as_array()?.first()?["value"][1]
             .as_str()?
@@ -188,6 +189,28 @@ fn prometheus_scrapes_it_over_tls_with_basic_auth() {
         eprintln!("{query} = {got:.2} (want {want})");
         assert!(
             (got - want).abs() <= 2.0,
+            "{query}: {got}, not about {want}"
+        );
+    }
+    // Joules: the same 2 s of slack, at 250 W.
+    for (query, want) in [
+        (
+            "increase(gpuwatch_gpu_energy_joules_total{job=\"gpuwatch\"}[20s])".to_owned(),
+            5000.0,
+        ),
+        (
+            format!("increase(gpuwatch_container_gpu_busy_energy_joules_total{{{sel}}}[20s])"),
+            3500.0,
+        ),
+        (
+            format!("sum(increase(gpuwatch_container_gpu_idle_energy_joules_total{{{sel}}}[20s]))"),
+            1500.0,
+        ),
+    ] {
+        let got = value(&query).unwrap_or_else(|| panic!("no value for {query}"));
+        eprintln!("{query} = {got:.0} (want {want})");
+        assert!(
+            (got - want).abs() <= 500.0,
             "{query}: {got}, not about {want}"
         );
     }

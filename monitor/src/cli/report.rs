@@ -59,7 +59,7 @@ fn read(path: &std::path::Path) -> Result<gpuwatch::recording::Recording> {
 
 pub(crate) fn plot(args: &PlotArgs) -> Result<()> {
     let rec = read(&args.recording)?;
-    let summary = gpuwatch::output::report::summarise(&rec, "");
+    let summary = gpuwatch::output::report::summarise(&rec, "", &Default::default());
     let files =
         gpuwatch::output::plot::plot_all(&rec, &summary.containers, &args.output, &args.format)?;
     for f in files {
@@ -68,7 +68,7 @@ pub(crate) fn plot(args: &PlotArgs) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn report(args: &ReportArgs) -> Result<()> {
+pub(crate) fn report(args: &ReportArgs, prices: &gpuwatch::output::report::Prices) -> Result<()> {
     use gpuwatch::output::plot::{self, Format};
     use gpuwatch::output::report;
     let rec = read(&args.recording)?;
@@ -76,7 +76,7 @@ pub(crate) fn report(args: &ReportArgs) -> Result<()> {
         || args.recording.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
     );
-    let summary = report::summarise(&rec, &name);
+    let summary = report::summarise(&rec, &name, prices);
     let to_stdout = args.output.as_os_str() == "-";
     let chart_key = |file: &std::path::Path| {
         file.file_stem()
@@ -174,7 +174,7 @@ pub(crate) fn compare(args: &CompareArgs) -> Result<()> {
             || path.display().to_string(),
             |n| n.to_string_lossy().into_owned(),
         );
-        Ok(report::summarise(&read(path)?, &name))
+        Ok(report::summarise(&read(path)?, &name, &Default::default()))
     };
     let c = compare::compare(&summary(&args.before)?, &summary(&args.after)?);
     let text = if args.json {

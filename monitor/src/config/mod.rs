@@ -33,6 +33,8 @@ pub struct Config {
     pub doctor: DoctorConfig,
     pub alerts: AlertsConfig,
     pub notify: NotifyConfig,
+    /// What a GPU-hour and a kWh cost, for `report`'s money figures.
+    pub prices: crate::output::report::Prices,
 }
 
 impl Default for Config {
@@ -45,6 +47,7 @@ impl Default for Config {
             doctor: DoctorConfig::default(),
             alerts: AlertsConfig::default(),
             notify: NotifyConfig::default(),
+            prices: Default::default(),
         }
     }
 }
@@ -160,6 +163,7 @@ impl Config {
             .map_err(|e| e.within("alerts.rules"))?;
         self.notify.validate().map_err(|e| e.within("notify"))?;
         self.doctor.validate().map_err(|e| e.within("doctor"))?;
+        self.prices.validate().map_err(|e| e.within("prices"))?;
         if self.alerts.max_notifications_per_minute == 0 {
             // 0 would hold back every notification and report each as rate-limited.
             return Err(FieldError::new(

@@ -216,6 +216,7 @@ mod tests {
                 ("old-eval", "", 0.5, VerdictKind::GpuBound),
             ]),
             "before.csv",
+            &Default::default(),
         );
         let after = summarise(
             &recording(&[
@@ -223,6 +224,7 @@ mod tests {
                 ("new-eval", "", 0.5, VerdictKind::GpuBound),
             ]),
             "after.csv",
+            &Default::default(),
         );
         let c = compare(&before, &after);
         assert_eq!(c.containers.len(), 1, "{c:#?}");
@@ -251,8 +253,16 @@ mod tests {
 
     #[test]
     fn a_hostile_name_is_escaped_and_an_idle_before_has_no_ratio() {
-        let before = summarise(&recording(&[("x|y", "", 0.0, VerdictKind::Idle)]), "a");
-        let after = summarise(&recording(&[("x|y", "", 0.5, VerdictKind::GpuBound)]), "b");
+        let before = summarise(
+            &recording(&[("x|y", "", 0.0, VerdictKind::Idle)]),
+            "a",
+            &Default::default(),
+        );
+        let after = summarise(
+            &recording(&[("x|y", "", 0.5, VerdictKind::GpuBound)]),
+            "b",
+            &Default::default(),
+        );
         let c = compare(&before, &after);
         assert_eq!(c.containers[0].gpu_busy_ratio, None);
         let text = markdown(&c);

@@ -703,7 +703,8 @@ mod tests {
             "cpu-only".into(),
             series("cpu-only", 0.0, &|_| VerdictKind::Idle, vec![]),
         );
-        let bars = held_bars(&crate::output::report::summarise(&rec, "r").containers);
+        let bars =
+            held_bars(&crate::output::report::summarise(&rec, "r", &Default::default()).containers);
         let names: Vec<&str> = bars.iter().map(|b| b.name.as_str()).collect();
         assert_eq!(
             names,

@@ -10,6 +10,57 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+const JOULES_PER_KWH: f64 = 3.6e6;
+
+/// The config file's `prices:`: what a GPU-hour held and a kWh cost, for the report's money
+/// figures (none without them).
+#[derive(Clone, Debug, Default, serde::Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Prices {
+    /// Per GPU-hour held (a cloud or internal rate).
+    pub per_gpu_hour: Option<f64>,
+    /// Per kWh of the GPUs' energy.
+    pub per_kwh: Option<f64>,
+    /// Shown beside each figure (e.g. `USD`, `EUR`, `CNY`).
+    pub currency: String,
+}
+
+impl Prices {
+    pub fn validate(&self) -> Result<(), crate::field_error::FieldError> {
+        for (field, v) in [
+            ("per_gpu_hour", self.per_gpu_hour),
+            ("per_kwh", self.per_kwh),
+        ] {
+            if v.is_some_and(|v| !v.is_finite() || v < 0.0) {
+                return Err(crate::field_error::FieldError::new(
+                    field,
+                    "must be a number, 0 or more",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn any(&self) -> bool {
+        self.per_gpu_hour.is_some() || self.per_kwh.is_some()
+    }
+
+    /// The money of `gpu_hours` held and `kwh` used.
+    fn of(&self, gpu_hours: f64, kwh: Option<f64>) -> f64 {
+        self.per_gpu_hour.unwrap_or(0.0) * gpu_hours
+            + self.per_kwh.unwrap_or(0.0) * kwh.unwrap_or(0.0)
+    }
+}
+
+/// A container's GPU time and energy in money, at the config's prices.
+#[derive(Debug, Serialize)]
+pub struct Cost {
+    pub currency: String,
+    /// Its GPU-hours held and its part of their energy.
+    pub held: f64,
+    /// The GPU-hours it held idle and the energy of that idle time: what the waste cost.
+    pub idle: f64,
+}
 
 #[derive(Debug, Serialize)]
 pub struct Report {
@@ -21,6 +72,8 @@ pub struct Report {
     pub containers: Vec<ContainerSummary>,
     /// The containers that held GPUs idle, worst first.
     pub findings: Vec<Finding>,
+    /// The prices' currency (empty without prices).
+    pub currency: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -38,6 +91,8 @@ pub struct GpuSummary {
     pub mean_temperature_celsius: Option<f64>,
     pub peak_temperature_celsius: Option<f64>,
     pub peak_memory_percent: Option<f64>,
+    /// Its energy over the recording (kWh), from recordings that have it.
+    pub energy_kwh: Option<f64>,
     /// Alert transitions about this GPU (naming it, with or without a container), by rule.
     pub alerts: BTreeMap<String, AlertCount>,
 }
@@ -89,6 +144,13 @@ pub struct ContainerSummary {
     /// verdict of each sample (samples whose busy share is unknown are in neither).
     pub busy_gpu_hours: f64,
     pub idle_gpu_hours: BTreeMap<String, f64>,
+    /// Its part of its GPUs' energy (kWh): its busy part of their time and an equal part of
+    /// their idle time among those holding them; and of that, the idle part by verdict.
+    /// `None` in recordings without energy.
+    pub energy_kwh: Option<f64>,
+    pub idle_energy_kwh: BTreeMap<String, f64>,
+    /// At the config's `prices`, when it has any.
+    pub cost: Option<Cost>,
     /// The advice of its main verdict, the last the recording wrote for it.
     pub advice: Option<String>,
     /// The last advice the recording wrote for each of its verdicts.
@@ -105,6 +167,8 @@ pub struct Finding {
     /// The verdict under which it idled most, and the GPU-hours it idled under it.
     pub cause: String,
     pub cause_gpu_hours: f64,
+    /// What its idle time cost at the config's prices.
+    pub idle_cost: Option<f64>,
     pub advice: Option<String>,
 }
 
@@ -133,6 +197,7 @@ fn findings(containers: &[ContainerSummary]) -> Vec<Finding> {
                 held_gpu_hours: held,
                 cause: cause.clone(),
                 cause_gpu_hours: *hours,
+                idle_cost: c.cost.as_ref().map(|k| k.idle),
                 advice: c.advice_by_verdict.get(cause).cloned(),
             })
         })
@@ -204,8 +269,9 @@ fn count_alerts<'a>(rows: impl Iterator<Item = &'a AlertRow>) -> BTreeMap<String
     m
 }
 
-/// Summarises `rec`; `name` is how the report names the recording.
-pub fn summarise(rec: &Recording, name: &str) -> Report {
+/// Summarises `rec`; `name` is how the report names the recording, `prices` what turns its
+/// GPU-hours and energy into money.
+pub fn summarise(rec: &Recording, name: &str, prices: &Prices) -> Report {
     let gpus = rec
         .gpus
         .iter()
@@ -232,6 +298,7 @@ pub fn summarise(rec: &Recording, name: &str) -> Report {
                 .iter()
                 .filter_map(|s| s.memory_percent())
                 .reduce(f64::max),
+            energy_kwh: kwh(g.samples.iter().map(|s| s.energy_joules)),
             alerts: count_alerts(rec.alerts.iter().filter(|a| a.gpu == Some(index))),
         })
         .collect();
@@ -239,10 +306,11 @@ pub fn summarise(rec: &Recording, name: &str) -> Report {
         .workloads
         .values()
         .filter(|w| w.samples.iter().any(|s| !s.gpus.is_empty()))
-        .map(|w| container(rec, w))
+        .map(|w| container(rec, w, prices))
         .collect();
     Report {
         findings: findings(&containers),
+        currency: prices.currency.clone(),
         recording: name.to_owned(),
         started_at: rfc3339(rec.first_ms),
         ended_at: rfc3339(rec.last_ms),
@@ -252,7 +320,15 @@ pub fn summarise(rec: &Recording, name: &str) -> Report {
     }
 }
 
-fn container(rec: &Recording, w: &WorkloadSeries) -> ContainerSummary {
+/// The sum of the joules given, in kWh; `None` when none is given (a recording before energy).
+fn kwh(joules: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    joules
+        .flatten()
+        .fold(None, |sum: Option<f64>, j| Some(sum.unwrap_or(0.0) + j))
+        .map(|j| j / JOULES_PER_KWH)
+}
+
+fn container(rec: &Recording, w: &WorkloadSeries, prices: &Prices) -> ContainerSummary {
     let s = &w.samples;
     let first = s.first().map_or(0, |x| x.unix_ms);
     let last = s.last().map_or(0, |x| x.unix_ms);
@@ -292,6 +368,22 @@ fn container(rec: &Recording, w: &WorkloadSeries) -> ContainerSummary {
         .max_by(|a, b| a.1.total_cmp(b.1))
         .map(|(k, _)| k.clone());
     let (busy_gpu_hours, idle_gpu_hours) = by_cause(s, &dt);
+    let energy_kwh = kwh(s.iter().map(|x| x.energy_joules));
+    let mut idle_energy_kwh: BTreeMap<String, f64> = BTreeMap::new();
+    for x in s {
+        if let Some(j) = x.idle_energy_joules.filter(|j| *j > 0.0) {
+            let cause = x.verdict.map_or("unknown", |v| v.label()).to_owned();
+            *idle_energy_kwh.entry(cause).or_default() += j / JOULES_PER_KWH;
+        }
+    }
+    let cost = prices.any().then(|| Cost {
+        currency: prices.currency.clone(),
+        held: prices.of(gpu_hours, energy_kwh),
+        idle: prices.of(
+            idle_gpu_hours.values().sum(),
+            energy_kwh.map(|_| idle_energy_kwh.values().sum()),
+        ),
+    });
     // The last advice written for each verdict; the main verdict's is the container's.
     let mut advice_by_verdict: BTreeMap<String, String> = BTreeMap::new();
     for x in s {
@@ -336,6 +428,9 @@ fn container(rec: &Recording, w: &WorkloadSeries) -> ContainerSummary {
         alerts,
         busy_gpu_hours,
         idle_gpu_hours,
+        energy_kwh,
+        idle_energy_kwh,
+        cost,
         advice,
         advice_by_verdict,
     }
@@ -360,6 +455,25 @@ fn by_cause(
     }
     idle.retain(|_, h| *h > 0.0);
     (busy, idle)
+}
+
+fn energy_text(c: &ContainerSummary) -> String {
+    let Some(total) = c.energy_kwh else {
+        return String::new();
+    };
+    let idle: Vec<String> = c
+        .idle_energy_kwh
+        .iter()
+        .map(|(k, e)| format!("{k} {e:.3}"))
+        .collect();
+    format!(
+        "{total:.3} kWh; idle: {}",
+        if idle.is_empty() {
+            "none".to_owned()
+        } else {
+            idle.join(", ") + " kWh"
+        }
+    )
 }
 
 fn pct(v: Option<f64>) -> String {
@@ -428,6 +542,13 @@ fn container_rows(c: &ContainerSummary) -> Vec<(&'static str, String)> {
                         .join(", ")
                 }
             ),
+        ),
+        ("energy (its part of its GPUs')", energy_text(c)),
+        (
+            "cost (held / of it idle)",
+            c.cost.as_ref().map_or(String::new(), |k| {
+                format!("{:.2} / {:.2} {}", k.held, k.idle, k.currency)
+            }),
         ),
         (
             "GPU memory",
@@ -506,8 +627,12 @@ fn finding_lines(r: &Report) -> Vec<String> {
     r.findings
         .iter()
         .map(|f| {
+            let cost = f
+                .idle_cost
+                .map(|c| format!(" The idle time cost {c:.2} {}.", r.currency))
+                .unwrap_or_default();
             format!(
-                "{}: {:.3} of {:.3} GPU-hours held idle ({:.0}%), most under {} ({:.3} h).{}",
+                "{}: {:.3} of {:.3} GPU-hours held idle ({:.0}%), most under {} ({:.3} h).{cost}{}",
                 f.name,
                 f.idle_gpu_hours,
                 f.held_gpu_hours,
@@ -735,7 +860,7 @@ mod tests {
             gpu: None,
             workload_id: Some("docker:x".into()),
         });
-        let r = summarise(&rec, "run.csv");
+        let r = summarise(&rec, "run.csv", &Prices::default());
         let c = &r.containers[0];
         // 10 samples × 1 s × 2 GPUs = 20 GPU-seconds.
         assert!((c.gpu_hours - 20.0 / 3600.0).abs() < 1e-9);
@@ -786,7 +911,7 @@ mod tests {
         rec.workloads
             .insert("docker:a".into(), job("loader-bound", true));
         rec.workloads.insert("docker:b".into(), job("busy", false));
-        let r = summarise(&rec, "run.csv");
+        let r = summarise(&rec, "run.csv", &Prices::default());
         let c = r
             .containers
             .iter()
@@ -834,9 +959,83 @@ mod tests {
                 ..Default::default()
             },
         );
-        let r = summarise(&rec, "run.csv");
+        let r = summarise(&rec, "run.csv", &Prices::default());
         let md = markdown(&r, &|_| None);
         assert!(md.contains("| 2.54 / 0.16 GB/s |"), "{md}");
         assert!(html(&r, &|_| None).contains("<td>2.54 / 0.16 GB/s</td>"));
+    }
+
+    #[test]
+    fn energy_in_kwh_by_cause_and_its_cost_at_the_configs_prices() {
+        // An hour at 1 Hz on one GPU drawing 360 W: 0.36 kWh. The job holds it alone; the first
+        // half input-bound at 25 % busy, the second GPU-bound at 100 %.
+        let mut rec = Recording::default();
+        let samples: Vec<WorkloadSample> = (0..3600u64)
+            .map(|i| {
+                let io = i < 1800;
+                let busy = if io { 0.25 } else { 1.0 };
+                WorkloadSample {
+                    unix_ms: i * 1000,
+                    gpus: vec![0],
+                    gpu_busy_fraction: Some(busy),
+                    verdict: Some(if io {
+                        VerdictKind::InputBoundIo
+                    } else {
+                        VerdictKind::GpuBound
+                    }),
+                    energy_joules: Some(360.0),
+                    idle_energy_joules: Some(360.0 * (1.0 - busy)),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        rec.workloads.insert(
+            "docker:t".into(),
+            WorkloadSeries {
+                id: "docker:t".into(),
+                name: "t".into(),
+                samples,
+                ..Default::default()
+            },
+        );
+        rec.gpus.insert(
+            0,
+            crate::recording::GpuSeries {
+                samples: (0..3600u64)
+                    .map(|i| crate::recording::GpuSample {
+                        unix_ms: i * 1000,
+                        energy_joules: Some(360.0),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            },
+        );
+        let prices = Prices {
+            per_gpu_hour: Some(2.0),
+            per_kwh: Some(0.5),
+            currency: "EUR".into(),
+        };
+        let r = summarise(&rec, "run.csv", &prices);
+        assert!((r.gpus[0].energy_kwh.unwrap() - 0.36).abs() < 1e-9);
+        let c = &r.containers[0];
+        assert!((c.energy_kwh.unwrap() - 0.36).abs() < 1e-9);
+        // Idle: 1800 s × 0.75 × 360 W = 0.135 kWh, all input-bound.
+        assert!((c.idle_energy_kwh["input-bound: I/O"] - 0.135).abs() < 1e-9);
+        assert!(!c.idle_energy_kwh.contains_key("GPU-bound"));
+        // Held: 1 GPU-hour × 2 + 0.36 kWh × 0.5; idle: 0.375 GPU-hours × 2 + 0.135 × 0.5.
+        let cost = c.cost.as_ref().unwrap();
+        assert!((cost.held - 2.18).abs() < 1e-9, "{cost:?}");
+        assert!((cost.idle - 0.8175).abs() < 1e-9, "{cost:?}");
+        let md = markdown(&r, &|_| None);
+        assert!(md.contains("The idle time cost 0.82 EUR."), "{md}");
+        assert!(
+            md.contains("0.360 kWh; idle: input-bound: I/O 0.135 kWh"),
+            "{md}"
+        );
+        // Without prices, no money anywhere.
+        let r = summarise(&rec, "run.csv", &Prices::default());
+        assert!(r.containers[0].cost.is_none());
+        assert!(!markdown(&r, &|_| None).contains("cost"));
     }
 }
