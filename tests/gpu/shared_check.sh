@@ -115,6 +115,7 @@ if want pressure; then
   docker logs gw-psi > "$OUT/psi.log" 2>&1
   gate "no-ebpf-loader" python3 tests/gpu/compare_basis.py "$OUT/psi_ebpf.jsonl" "$OUT/psi_plain.jsonl" gw-psi
   gate "speedup" python3 tests/gpu/score_speedup.py "$OUT/psi_ebpf.jsonl" "$OUT/psi_truth.json" gw-psi
+  gate "by-cause" python3 tests/gpu/score_by_cause.py "$OUT/psi_ebpf.jsonl" "$OUT/psi_truth.json" gw-psi
   docker rm -f gw-psi > /dev/null
 fi
 
