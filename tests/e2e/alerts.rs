@@ -663,3 +663,79 @@ fn doctor_gates_a_launch() {
         assert_eq!(status(check), ["risk"], "{check}: {report:#}");
     }
 }
+
+/// `webhook.format: alertmanager`: a receiver written for Alertmanager gets its version-4
+/// message, firing and then resolved, one alert each, with the same fingerprint.
+#[test]
+fn the_webhook_speaks_alertmanagers_message_when_asked() {
+    let receiver = Receiver::start(0);
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    let hot = |celsius: u32| json!({"devices": [{"uuid": "GPU-am", "temperature": celsius}]});
+    write_scenario(&scenario, &hot(90));
+    let config = dir.path().join("gpuwatch.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "interval: 250ms\nalerts:\n  rules:\n    gpu_temperature_high: {{above_celsius: 83, for: 0s}}\n\
+             notify:\n  webhook: {{url: {}, format: alertmanager}}\n",
+            receiver.url
+        ),
+    )
+    .unwrap();
+    let mut watch = gpuwatch_on(&scenario)
+        .args(["-c"])
+        .arg(&config)
+        .args(["watch", "--no-docker", "--no-ebpf"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let wait_for = |status: &str| -> Value {
+        let started = Instant::now();
+        loop {
+            if let Some(b) = receiver
+                .bodies()
+                .into_iter()
+                .find(|b| b["status"] == status)
+            {
+                return b;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(15),
+                "no {status} message: {:?}",
+                receiver.bodies()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let firing = wait_for("firing");
+    write_scenario(&scenario, &hot(50));
+    let resolved = wait_for("resolved");
+    sigterm(&watch);
+    let _ = watch.wait();
+
+    assert_eq!(firing["version"], "4", "{firing:#}");
+    assert_eq!(firing["receiver"], "gpuwatch");
+    assert_eq!(firing["groupLabels"]["alertname"], "gpu_temperature_high");
+    let alerts = firing["alerts"].as_array().unwrap();
+    assert_eq!(alerts.len(), 1, "{firing:#}");
+    let a = &alerts[0];
+    assert_eq!(a["status"], "firing");
+    assert_eq!(a["labels"]["alertname"], "gpu_temperature_high");
+    assert_eq!(a["labels"]["severity"], "critical");
+    assert_eq!(a["labels"]["gpu"], "0");
+    assert_eq!(a["labels"]["gpu_uuid"], "GPU-am");
+    assert!(
+        a["annotations"]["summary"].as_str().unwrap().contains("90"),
+        "{a:#}"
+    );
+    assert!(!a["annotations"]["description"].as_str().unwrap().is_empty());
+    assert_eq!(a["endsAt"], "0001-01-01T00:00:00Z");
+    assert!(a["startsAt"].as_str().unwrap().starts_with("20"), "{a:#}");
+    let r = &resolved["alerts"][0];
+    assert_eq!(r["status"], "resolved");
+    assert!(r["endsAt"].as_str().unwrap().starts_with("20"), "{r:#}");
+    assert_eq!(r["fingerprint"], a["fingerprint"]);
+    assert_eq!(a["fingerprint"].as_str().unwrap().len(), 16);
+}

@@ -11,10 +11,3 @@ pub mod report;
 pub mod table;
 pub mod web_page;
 pub mod why;
-
-/// Escapes text for HTML element content.
-pub fn html_escape(t: &str) -> String {
-    t.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}

@@ -696,12 +696,12 @@ pub fn markdown(r: &Report, chart: &dyn Fn(&str) -> Option<String>) -> String {
     let _ = writeln!(o, "## GPUs\n");
     let _ = writeln!(
         o,
-        "| GPU | name | mean busy | mean SM activity | mean PCIe in / out | mean / peak temperature | peak memory | alerts |\n|---|---|---|---|---|---|---|---|"
+        "| GPU | name | mean busy | mean SM activity | mean PCIe in / out | mean / peak temperature | peak memory | energy | alerts |\n|---|---|---|---|---|---|---|---|---|"
     );
     for g in &r.gpus {
         let _ = writeln!(
             o,
-            "| {} | {} | {} | {} | {} | {} / {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} / {} | {} | {} | {} |",
             g.index,
             md(&g.name),
             opt(g.mean_utilization_percent, "%", 0),
@@ -710,6 +710,7 @@ pub fn markdown(r: &Report, chart: &dyn Fn(&str) -> Option<String>) -> String {
             opt(g.mean_temperature_celsius, " °C", 0),
             opt(g.peak_temperature_celsius, " °C", 0),
             opt(g.peak_memory_percent, "%", 1),
+            opt(g.energy_kwh, " kWh", 3),
             md(&alerts_text(&g.alerts))
         );
     }
@@ -721,76 +722,82 @@ pub fn markdown(r: &Report, chart: &dyn Fn(&str) -> Option<String>) -> String {
     o
 }
 
-/// One self-contained HTML page: the Markdown's content, with each chart's SVG inlined.
+/// One self-contained HTML page: the Markdown's content, with each chart's SVG inlined. Built
+/// with a template engine that escapes every value; the charts are plotters' SVG, whose text
+/// (container names among it) plotters escapes itself.
 pub fn html(r: &Report, svg: &dyn Fn(&str) -> Option<String>) -> String {
-    let esc = crate::output::html_escape;
-    let mut o = String::from(
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>gpuwatch report</title>\n\
-         <style>body{font-family:sans-serif;max-width:1250px;margin:auto;padding:1em}\
-         table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}\
-         .chart svg{max-width:100%;height:auto}</style></head><body>\n",
-    );
-    let _ = writeln!(o, "<h1>gpuwatch report: {}</h1>", esc(&r.recording));
-    let _ = writeln!(
-        o,
-        "<p>{} → {} ({:.0} s), {} GPU(s), {} container(s) on GPUs.</p>",
-        esc(&r.started_at),
-        esc(&r.ended_at),
-        r.duration_seconds,
-        r.gpus.len(),
-        r.containers.len()
-    );
-    o.push_str("<h2>Findings</h2>\n");
-    let lines = finding_lines(r);
-    if lines.is_empty() {
-        o.push_str("<p>No container held its GPUs idle a fifth of the time or more.</p>\n");
-    } else {
-        o.push_str("<ul>\n");
-        for l in &lines {
-            let _ = writeln!(o, "<li>{}</li>", esc(l));
-        }
-        o.push_str("</ul>\n");
-    }
-    if let Some(s) = svg(HELD_CHART) {
-        let _ = writeln!(o, "<div class=\"chart\">{s}</div>");
-    }
-    o.push_str("<h2>Containers</h2>\n");
-    for c in &r.containers {
-        let _ = writeln!(o, "<h3>{}</h3>\n<table>", esc(&c.name));
-        let rows = container_rows(c);
-        for (k, v) in rows {
-            if !v.is_empty() {
-                let _ = writeln!(o, "<tr><th>{k}</th><td>{}</td></tr>", esc(&v));
+    use maud::{html, PreEscaped, DOCTYPE};
+    let chart = |key: &str| {
+        html! {
+            @if let Some(s) = svg(key) {
+                div.chart { (PreEscaped(s)) }
             }
         }
-        o.push_str("</table>\n");
-        if let Some(s) = svg(&c.name) {
-            let _ = writeln!(o, "<div class=\"chart\">{s}</div>");
+    };
+    let lines = finding_lines(r);
+    let page = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                title { "gpuwatch report" }
+                style {
+                    "body{font-family:sans-serif;max-width:1250px;margin:auto;padding:1em}\
+                     table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;\
+                     padding:.3em .6em;text-align:left}.chart svg{max-width:100%;height:auto}"
+                }
+            }
+            body {
+                h1 { "gpuwatch report: " (r.recording) }
+                p {
+                    (r.started_at) " → " (r.ended_at) " (" (format!("{:.0}", r.duration_seconds))
+                    " s), " (r.gpus.len()) " GPU(s), " (r.containers.len()) " container(s) on GPUs."
+                }
+                h2 { "Findings" }
+                @if lines.is_empty() {
+                    p { "No container held its GPUs idle a fifth of the time or more." }
+                } @else {
+                    ul { @for l in &lines { li { (l) } } }
+                }
+                (chart(HELD_CHART))
+                h2 { "Containers" }
+                @for c in &r.containers {
+                    h3 { (c.name) }
+                    table {
+                        @for (k, v) in container_rows(c) {
+                            @if !v.is_empty() { tr { th { (k) } td { (v) } } }
+                        }
+                    }
+                    (chart(&c.name))
+                }
+                h2 { "GPUs" }
+                table {
+                    tr {
+                        th { "GPU" } th { "name" } th { "mean busy" } th { "mean SM activity" }
+                        th { "mean PCIe in / out" } th { "peak temperature" } th { "peak memory" }
+                        th { "energy" } th { "alerts" }
+                    }
+                    @for g in &r.gpus {
+                        tr {
+                            td { (g.index) }
+                            td { (g.name) }
+                            td { (opt(g.mean_utilization_percent, "%", 0)) }
+                            td { (opt(g.mean_sm_activity_percent, "%", 0)) }
+                            td { (pcie_text(g)) }
+                            td { (opt(g.peak_temperature_celsius, " °C", 0)) }
+                            td { (opt(g.peak_memory_percent, "%", 1)) }
+                            td { (opt(g.energy_kwh, " kWh", 3)) }
+                            td { (alerts_text(&g.alerts)) }
+                        }
+                    }
+                }
+                @for g in &r.gpus {
+                    (chart(&format!("gpu{}", g.index)))
+                }
+            }
         }
-    }
-    o.push_str("<h2>GPUs</h2>\n<table><tr><th>GPU</th><th>name</th><th>mean busy</th><th>mean SM activity</th><th>mean PCIe in / out</th><th>peak temperature</th><th>peak memory</th><th>alerts</th></tr>\n");
-    for g in &r.gpus {
-        let _ = writeln!(
-            o,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            g.index,
-            esc(&g.name),
-            opt(g.mean_utilization_percent, "%", 0),
-            opt(g.mean_sm_activity_percent, "%", 0),
-            esc(&pcie_text(g)),
-            opt(g.peak_temperature_celsius, " °C", 0),
-            opt(g.peak_memory_percent, "%", 1),
-            esc(&alerts_text(&g.alerts))
-        );
-    }
-    o.push_str("</table>\n");
-    for g in &r.gpus {
-        if let Some(s) = svg(&format!("gpu{}", g.index)) {
-            let _ = writeln!(o, "<div class=\"chart\">{s}</div>");
-        }
-    }
-    o.push_str("</body></html>\n");
-    o
+    };
+    page.into_string()
 }
 
 #[cfg(test)]
@@ -1037,5 +1044,40 @@ mod tests {
         let r = summarise(&rec, "run.csv", &Prices::default());
         assert!(r.containers[0].cost.is_none());
         assert!(!markdown(&r, &|_| None).contains("cost"));
+    }
+
+    #[test]
+    fn the_html_report_escapes_every_tenants_string() {
+        let mut rec = Recording::default();
+        let hostile = "<script>alert(1)</script>\"'&";
+        rec.workloads.insert(
+            "docker:h".into(),
+            WorkloadSeries {
+                id: "docker:h".into(),
+                name: hostile.into(),
+                image: "<img src=x onerror=alert(2)>".into(),
+                samples: (0..10u64)
+                    .map(|i| WorkloadSample {
+                        unix_ms: i * 1000,
+                        gpus: vec![0],
+                        gpu_busy_fraction: Some(0.1),
+                        verdict: Some(VerdictKind::InputBoundIo),
+                        advice: (i == 0).then(|| "<b>cache</b> it".into()),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            },
+        );
+        let r = summarise(&rec, "<run>.csv", &Prices::default());
+        let page = html(&r, &|_| None);
+        for raw in ["<script>", "<img", "<b>cache", "<run>"] {
+            assert!(!page.contains(raw), "{raw} unescaped in {page}");
+        }
+        assert!(
+            page.contains("&lt;script&gt;alert(1)&lt;/script&gt;&quot;'&amp;"),
+            "{page}"
+        );
+        assert!(page.contains("&lt;b&gt;cache&lt;/b&gt; it"), "{page}");
     }
 }

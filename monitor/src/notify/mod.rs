@@ -2,6 +2,8 @@
 //! sampling: the webhook and the command each have a worker thread behind a bounded queue; a
 //! full queue drops the notification and counts it (`notification_dropped`), a receiver that
 //! stays down costs retries with back-off on the worker, then `notification_failed`.
+mod alertmanager;
+
 use crate::events::{EventCounters, InternalEvent};
 use crate::field_error::FieldError;
 use crate::health::alerts::{Alert, AlertState};
@@ -54,6 +56,18 @@ pub struct WebhookConfig {
     /// Notifications waiting to be sent at most; more are dropped and counted.
     #[serde(default = "default_queue")]
     pub queue: usize,
+    /// The body: gpuwatch's own [`Notification`], or Alertmanager's webhook message (version
+    /// 4), for receivers written for Alertmanager.
+    #[serde(default)]
+    pub format: WebhookFormat,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WebhookFormat {
+    #[default]
+    Gpuwatch,
+    Alertmanager,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -125,6 +139,7 @@ pub struct Notification<'a> {
 pub struct Notifier {
     log: bool,
     host: String,
+    webhook_format: WebhookFormat,
     webhook: Option<Worker>,
     command: Option<Worker>,
     events: Arc<EventCounters>,
@@ -153,6 +168,10 @@ impl Notifier {
         Self {
             log: config.log,
             host: host.to_owned(),
+            webhook_format: config
+                .webhook
+                .as_ref()
+                .map_or(WebhookFormat::Gpuwatch, |w| w.format),
             webhook,
             command,
             events,
@@ -199,8 +218,29 @@ impl Notifier {
                 return;
             }
         };
-        for w in [&self.webhook, &self.command].into_iter().flatten() {
-            match w.queue.try_send(body.clone()) {
+        let webhook_body = match self.webhook_format {
+            WebhookFormat::Gpuwatch => Ok(body.clone()),
+            WebhookFormat::Alertmanager => {
+                serde_json::to_vec(&alertmanager::message(alert, &self.host))
+            }
+        };
+        let bodies = [
+            (&self.webhook, webhook_body.map_err(|e| e.to_string())),
+            (&self.command, Ok(body)),
+        ];
+        for (w, body) in bodies {
+            let Some(w) = w else { continue };
+            let body = match body {
+                Ok(b) => b,
+                Err(e) => {
+                    self.events.emit(
+                        InternalEvent::NotificationFailed,
+                        format_args!("encoding {} for the {}: {e}", alert.key, w.name),
+                    );
+                    continue;
+                }
+            };
+            match w.queue.try_send(body) {
                 Ok(()) => {}
                 Err(TrySendError::Full(_)) => self.events.emit(
                     InternalEvent::NotificationDropped,
