@@ -3,7 +3,8 @@
     python3 score_by_cause.py RECORD.jsonl TRUTH.json CONTAINER
 
 TRUTH.json is loader_job.py's step log (phases GPU-bound, I/O-bound, CPU-bound). Over the job's
-span: the container's held GPU-seconds (window × GPUs), its busy GPU-seconds and its idle ones
+span from its second step (the first holds PyTorch's warm-up, seconds of CPU the job times as
+"compute" while its GPU idles): the container's held GPU-seconds (window × GPUs), its busy GPU-seconds and its idle ones
 by verdict, as `report` and the accounting counters add them; their sum against the held ones
 (target within 2 %), and the input-bound verdicts' idle share of the held time against the
 job's own data-wait share (target within 5 points). Exits 1 on a miss."""
@@ -12,6 +13,7 @@ import sys
 
 rec, truth_path, name = sys.argv[1:4]
 steps = json.load(open(truth_path))["steps"]
+steps = steps[1:]
 t0, t1 = steps[0]["t_start"], steps[-1]["t_start"]
 held = busy = 0.0
 idle = {}

@@ -5,12 +5,16 @@
 OUT is what `SCENARIOS="pageable pinned" bash tests/gpu/accuracy.sh` left: record.jsonl and
 each job's own timing (truth_pageable.json, truth_pinned.json). The two jobs do different
 matmuls per step, so the real gain is in GPU work per second: the pinned job's own kernel
-share of its time over the pageable one's. The estimate is the agent's `speedup` over the
-pageable job's steady `host-bound: transfers` rows (harmonic mean of each end). Exits 1 when
-the likely figure is more than 20 % off the real gain."""
+share of its time over the pageable one's. The estimate: the pageable job's steady rows cut
+from the recording and given to `gpuwatch report --json` (GPUWATCH names the binary, default
+.device/gpuwatch), its workload's `speedup`; beside it, the harmonic mean of the rows' own.
+Exits 1 when the report's likely figure is more than 20 % off the real gain."""
 import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 
 out = sys.argv[1]
 
@@ -25,6 +29,7 @@ _, busy_after = own("pinned")
 real = busy_after / busy_before
 a, b = pageable[0]["t"] + 2, pageable[-1]["t"] - 1
 ends = {"low": [], "likely": [], "high": []}
+cut, name = [], None
 for line in open(f"{out}/record.jsonl"):
     if not line.strip():
         continue
@@ -32,7 +37,10 @@ for line in open(f"{out}/record.jsonl"):
     t = r["taken_at_unix_ms"] / 1000
     if t - (r.get("window_seconds") or 1) < a or t > b:
         continue
+    cut.append(line)
     for w in r["workloads"]:
+        if (w.get("verdict") or {}).get("kind") == "host-bound: transfers":
+            name = w["name"]
         v = w.get("verdict") or {}
         if v.get("kind") == "host-bound: transfers" and v.get("speedup"):
             for k in ends:
@@ -40,8 +48,19 @@ for line in open(f"{out}/record.jsonl"):
 if not ends["likely"]:
     print("pageable: no row with a speed-up estimate")
     sys.exit(1)
-low, likely, high = (statistics.harmonic_mean(ends[k]) for k in ("low", "likely", "high"))
-off = likely / real - 1
-print(f"pageable copies: estimate {likely:.2f}x ({low:.2f}-{high:.2f}) in {len(ends['likely'])} rows, "
-      f"real {real:.2f}x (own kernel share {busy_before:.3f} -> {busy_after:.3f}); likely {off:+.0%}")
+rows_likely = statistics.harmonic_mean(ends["likely"])
+with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as f:
+    f.writelines(cut)
+    f.flush()
+    report = json.loads(subprocess.run([os.environ.get("GPUWATCH", ".device/gpuwatch"), "report",
+                                        "--json", f.name], check=True, capture_output=True,
+                                       text=True).stdout)
+g = next(c for c in report["containers"] if c["name"] == name).get("speedup") or {}
+if not g:
+    print("pageable: the report gives no speed-up")
+    sys.exit(1)
+off = g["likely"] / real - 1
+print(f"pageable copies: report {g['likely']:.2f}x ({g['low']:.2f}-{g['high']:.2f}) over {len(cut)} rows "
+      f"(the rows' own: {rows_likely:.2f}x), real {real:.2f}x (own kernel share {busy_before:.3f} -> "
+      f"{busy_after:.3f}); likely {off:+.0%}")
 sys.exit(0 if abs(off) <= 0.2 else 1)

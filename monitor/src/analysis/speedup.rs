@@ -15,16 +15,16 @@
 //!
 //! Designed on, and checked against, jobs that time themselves (tests/gpu/loader_job.py: the
 //! same model and batch with the samples in memory as the fix; host_job.py: pageable against
-//! pinned copies, gain in GPU work per second); over a phase's 1-s rows, the harmonic mean of
-//! each figure (the H100 loader rows: from the phase's mean b and s):
+//! pinned copies, gain in GPU work per second), as `report` gives it for a run (docs/accuracy.md
+//! has the method):
 //!
-//! | host | job | likely (range) | real | 1 / (1 − s) alone |
-//! |---|---|---|---|---|
-//! | H100 | CPU-bound loader | 15.6× (13.4–17.9) | 16.0× | 15.9× |
-//! | H100 | I/O-bound loader | 38.9× (33.3–44.4) | 40.3× | 27.6× |
-//! | H100 | pageable copies | 2.8× (2.5–3.2) | 2.8× | 2.8× |
-//! | H200 | CPU-bound loader | 18.9× (16.2–21.6) | 16.9× | 20.1× |
-//! | H200 | I/O-bound loader | 37.5× (32.1–42.8) | 42.4× | 26.9× |
+//! | host | job | likely (range) | real |
+//! |---|---|---|---|
+//! | H100 | I/O-bound loader | 40.5× (34.7–46.3) | 37.7× |
+//! | H100 | CPU-bound loader | 15.8× (13.5–18.0) | 15.2× |
+//! | H100 | pageable copies | 2.54× (2.30–2.82) | 2.58× |
+//! | H200 | I/O-bound loader | 46.6× (39.9–53.2) | 42.4× |
+//! | H200 | CPU-bound loader | 18.9× (16.2–21.6) | 16.9× |
 //!
 //! Near s = 1, 1 / (1 − s) is sensitive (the I/O shares read a point under the jobs' own wait,
 //! which put it a third low); b is the better guide there.
@@ -61,12 +61,24 @@ pub fn speedup(v: &Verdict, gpu_bound_idle_max: f64) -> Option<Speedup> {
         | VerdictKind::Idle
         | VerdictKind::Unknown => None,
     }?;
-    let busy = v.gpu_busy_fraction;
+    estimate(v.kind, v.gpu_busy_fraction, share, gpu_bound_idle_max)
+}
+
+/// The gain for a bottleneck of `kind` that costs `share` of the time of a job whose GPU is
+/// `busy`: of one window ([`speedup`]), or of a run, from its windows' time-weighted means
+/// (`report`: a step longer than a window leaves single windows with all or none of a step's
+/// GPU time, so a run's figure is the steadier one).
+pub fn estimate(
+    kind: VerdictKind,
+    busy: f64,
+    share: f64,
+    gpu_bound_idle_max: f64,
+) -> Option<Speedup> {
     if !(0.0..1.0).contains(&share) || !busy.is_finite() || busy < BUSY_MIN {
         return None;
     }
     // Pageable copies keep the GPU "busy": its busy share holds part of the cause.
-    let busy_holds_the_cause = v.kind == VerdictKind::HostTransfers;
+    let busy_holds_the_cause = kind == VerdictKind::HostTransfers;
     if !busy_holds_the_cause && share >= EXPLAINED_MIN * (1.0 - busy) {
         let floor = 1.0 - gpu_bound_idle_max;
         return Some(Speedup {

@@ -151,6 +151,10 @@ pub struct ContainerSummary {
     pub idle_energy_kwh: BTreeMap<String, f64>,
     /// At the config's `prices`, when it has any.
     pub cost: Option<Cost>,
+    /// What removing its main verdict's bottleneck would buy, from the time-weighted mean busy
+    /// and cause shares of that verdict's samples (`analysis::speedup::estimate`); none for a
+    /// verdict that names no bottleneck or without the shares (contention's is not recorded).
+    pub speedup: Option<crate::model::Speedup>,
     /// The advice of its main verdict, the last the recording wrote for it.
     pub advice: Option<String>,
     /// The last advice the recording wrote for each of its verdicts.
@@ -376,6 +380,7 @@ fn container(rec: &Recording, w: &WorkloadSeries, prices: &Prices) -> ContainerS
             *idle_energy_kwh.entry(cause).or_default() += j / JOULES_PER_KWH;
         }
     }
+    let speedup = run_speedup(s, &dt, main_verdict.as_deref());
     let cost = prices.any().then(|| Cost {
         currency: prices.currency.clone(),
         held: prices.of(gpu_hours, energy_kwh),
@@ -431,9 +436,47 @@ fn container(rec: &Recording, w: &WorkloadSeries, prices: &Prices) -> ContainerS
         energy_kwh,
         idle_energy_kwh,
         cost,
+        speedup,
         advice,
         advice_by_verdict,
     }
+}
+
+/// The speed-up over the samples of the verdict labelled `main`: their time-weighted mean busy
+/// share and cause share.
+fn run_speedup(
+    s: &[crate::recording::WorkloadSample],
+    dt: &dyn Fn(usize) -> f64,
+    main: Option<&str>,
+) -> Option<crate::model::Speedup> {
+    let kind: crate::model::VerdictKind = main?.parse().ok()?;
+    let (mut time, mut busy, mut share) = (0.0, 0.0, 0.0);
+    for (i, x) in s
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| x.verdict == Some(kind))
+    {
+        let cause = match kind {
+            crate::model::VerdictKind::InputBoundIo
+            | crate::model::VerdictKind::InputBoundCpu
+            | crate::model::VerdictKind::InputBoundMemory => x.input_bound_share,
+            _ => x.host_bound_share,
+        };
+        if let (Some(b), Some(c)) = (x.gpu_busy_fraction, cause) {
+            time += dt(i);
+            busy += b * dt(i);
+            share += c * dt(i);
+        }
+    }
+    if time <= 0.0 || kind == crate::model::VerdictKind::Contention {
+        return None;
+    }
+    crate::analysis::speedup::estimate(
+        kind,
+        busy / time,
+        share / time,
+        crate::analysis::VerdictConfig::default().gpu_bound_idle_max,
+    )
 }
 
 /// Busy GPU-hours, and idle GPU-hours by verdict: each sample's GPUs held times its interval,
@@ -593,6 +636,12 @@ fn container_rows(c: &ContainerSummary) -> Vec<(&'static str, String)> {
             }),
         ),
         ("input-bound share (mean)", pct(c.mean_input_bound_share)),
+        (
+            "removing the main bottleneck would make steps",
+            c.speedup.map_or(String::new(), |g| {
+                format!("{:.1}× as fast ({:.1}–{:.1}×)", g.likely, g.low, g.high)
+            }),
+        ),
         (
             "SMs busy while its kernels ran (mean)",
             opt(c.mean_sm_activity_percent, "%", 0),
@@ -1079,5 +1128,40 @@ mod tests {
             "{page}"
         );
         assert!(page.contains("&lt;b&gt;cache&lt;/b&gt; it"), "{page}");
+    }
+
+    #[test]
+    fn a_runs_speed_up_comes_from_its_time_weighted_shares() {
+        // An I/O-bound job stepping every 2 s, sampled every second: its GPU time falls in
+        // every other row (busy 0.04, then 0.0 where a single row would give no estimate).
+        let mut rec = Recording::default();
+        let samples = (0..20u64)
+            .map(|i| WorkloadSample {
+                unix_ms: i * 1000,
+                gpus: vec![0],
+                gpu_busy_fraction: Some(if i % 2 == 0 { 0.04 } else { 0.0 }),
+                input_bound_share: Some(if i % 2 == 0 { 0.96 } else { 1.0 }),
+                verdict: Some(VerdictKind::InputBoundIo),
+                ..Default::default()
+            })
+            .collect();
+        rec.workloads.insert(
+            "docker:s".into(),
+            WorkloadSeries {
+                id: "docker:s".into(),
+                name: "s".into(),
+                samples,
+                ..Default::default()
+            },
+        );
+        let r = summarise(&rec, "run.csv", &Prices::default());
+        let g = r.containers[0].speedup.expect("an estimate");
+        // Mean busy 0.02, share 0.98: the cause explains the idle time, so 0.75–1 / 0.02.
+        assert!((g.likely - 0.875 / 0.02).abs() < 1e-9, "{g:?}");
+        assert!(
+            (g.low - 37.5).abs() < 1e-9 && (g.high - 50.0).abs() < 1e-9,
+            "{g:?}"
+        );
+        assert!(markdown(&r, &|_| None).contains("43.8× as fast (37.5–50.0×)"));
     }
 }
