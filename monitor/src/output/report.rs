@@ -74,6 +74,82 @@ pub struct Report {
     pub findings: Vec<Finding>,
     /// The prices' currency (empty without prices).
     pub currency: String,
+    /// The containers on GPUs together: the host's totals.
+    pub host: HostTotals,
+}
+
+/// Every container's GPU-hours, idle GPU-hours by cause, energy and cost, summed.
+#[derive(Debug, Default, Serialize)]
+pub struct HostTotals {
+    pub gpu_hours: f64,
+    pub busy_gpu_hours: f64,
+    pub idle_gpu_hours: BTreeMap<String, f64>,
+    /// `None` when no container has energy (a recording before it).
+    pub energy_kwh: Option<f64>,
+    pub idle_energy_kwh: BTreeMap<String, f64>,
+    /// At the config's prices: held, and of it idle.
+    pub cost: Option<Cost>,
+}
+
+impl HostTotals {
+    fn of(containers: &[ContainerSummary]) -> Self {
+        let mut t = Self::default();
+        for c in containers {
+            t.gpu_hours += c.gpu_hours;
+            t.busy_gpu_hours += c.busy_gpu_hours;
+            for (k, h) in &c.idle_gpu_hours {
+                *t.idle_gpu_hours.entry(k.clone()).or_default() += h;
+            }
+            if let Some(e) = c.energy_kwh {
+                *t.energy_kwh.get_or_insert(0.0) += e;
+            }
+            for (k, e) in &c.idle_energy_kwh {
+                *t.idle_energy_kwh.entry(k.clone()).or_default() += e;
+            }
+            if let Some(k) = &c.cost {
+                let sum = t.cost.get_or_insert(Cost {
+                    currency: k.currency.clone(),
+                    held: 0.0,
+                    idle: 0.0,
+                });
+                sum.held += k.held;
+                sum.idle += k.idle;
+            }
+        }
+        t
+    }
+
+    /// The totals in one sentence.
+    fn line(&self) -> String {
+        let idle: f64 = self.idle_gpu_hours.values().sum();
+        let worst = self
+            .idle_gpu_hours
+            .iter()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(k, h)| format!(", most under {k} ({h:.3} h)"))
+            .unwrap_or_default();
+        let energy = self
+            .energy_kwh
+            .map(|e| {
+                let idle: f64 = self.idle_energy_kwh.values().sum();
+                format!(" Energy {e:.3} kWh, {idle:.3} of it while idle.")
+            })
+            .unwrap_or_default();
+        let cost = self
+            .cost
+            .as_ref()
+            .map(|k| {
+                format!(
+                    " Cost {:.2} {}, {:.2} of it idle.",
+                    k.held, k.currency, k.idle
+                )
+            })
+            .unwrap_or_default();
+        format!(
+            "All containers: {:.3} GPU-hours held, {:.3} busy, {idle:.3} idle{worst}.{energy}{cost}",
+            self.gpu_hours, self.busy_gpu_hours
+        )
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -315,6 +391,7 @@ pub fn summarise(rec: &Recording, name: &str, prices: &Prices) -> Report {
     Report {
         findings: findings(&containers),
         currency: prices.currency.clone(),
+        host: HostTotals::of(&containers),
         recording: name.to_owned(),
         started_at: rfc3339(rec.first_ms),
         ended_at: rfc3339(rec.last_ms),
@@ -711,6 +788,7 @@ pub fn markdown(r: &Report, chart: &dyn Fn(&str) -> Option<String>) -> String {
         r.containers.len()
     );
     let _ = writeln!(o, "## Findings\n");
+    let _ = writeln!(o, "{}\n", r.host.line());
     let lines = finding_lines(r);
     if lines.is_empty() {
         let _ = writeln!(
@@ -803,6 +881,7 @@ pub fn html(r: &Report, svg: &dyn Fn(&str) -> Option<String>) -> String {
                     " s), " (r.gpus.len()) " GPU(s), " (r.containers.len()) " container(s) on GPUs."
                 }
                 h2 { "Findings" }
+                p { (r.host.line()) }
                 @if lines.is_empty() {
                     p { "No container held its GPUs idle a fifth of the time or more." }
                 } @else {
@@ -1085,6 +1164,10 @@ mod tests {
         assert!((cost.idle - 0.8175).abs() < 1e-9, "{cost:?}");
         let md = markdown(&r, &|_| None);
         assert!(md.contains("The idle time cost 0.82 EUR."), "{md}");
+        assert!(
+            md.contains("All containers: 1.000 GPU-hours held, 0.625 busy, 0.375 idle, most under input-bound: I/O (0.375 h). Energy 0.360 kWh, 0.135 of it while idle. Cost 2.18 EUR, 0.82 of it idle."),
+            "{md}"
+        );
         assert!(
             md.contains("0.360 kWh; idle: input-bound: I/O 0.135 kWh"),
             "{md}"
