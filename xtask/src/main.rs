@@ -3,6 +3,7 @@
 //! `setup` installs, idempotently, everything the build and the tests need on a fresh Debian
 //! machine; `test` and `run` call it first, so each of the README's two commands works alone.
 mod bench_vs_nvitop;
+mod demo;
 mod fuzz;
 mod gpu_bundle;
 mod image;
@@ -79,6 +80,9 @@ enum Task {
     /// scraped every second; RSS, open files, series, probe map entries and internal events at
     /// the start and the end.
     Soak(soak::Args),
+    /// Three jobs on three fake GPUs on this machine's Docker engine, shown by `gpuwatch
+    /// serve` at http://127.0.0.1:9879/ with their verdicts and advice (root, dockerd).
+    Demo(demo::Args),
     /// Set up, build the release binary and run it with these arguments (default: `snapshot`).
     Run {
         #[arg(last = true)]
@@ -149,6 +153,11 @@ fn main() -> Result<()> {
         Task::Soak(args) => {
             setup::run(Purpose::Test)?;
             soak::run(&args)
+        }
+        Task::Demo(args) => {
+            setup::run(Purpose::Run)?;
+            setup::demo()?;
+            demo::run(&args)
         }
         Task::Fuzz(args) => {
             setup::run(Purpose::Run)?;

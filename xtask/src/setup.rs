@@ -38,6 +38,15 @@ pub fn docker() -> Result<()> {
     dockerd()
 }
 
+/// A running Docker engine and busybox-static, for the demo's containers.
+pub fn demo() -> Result<()> {
+    debian_packages(
+        "the demo",
+        &[("dockerd", "docker.io"), ("busybox", "busybox-static")],
+    )?;
+    dockerd()
+}
+
 /// (command, Debian package): what building needs — bpf-linker and the agent link with cc.
 const BUILD_PACKAGES: &[(&str, &str)] = &[("cc", "gcc"), ("pkg-config", "pkg-config")];
 

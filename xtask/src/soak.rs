@@ -208,7 +208,7 @@ fn sample(addr: &str, pid: u32) -> Result<Sample> {
 }
 
 /// A plain HTTP/1.0 GET (the agent's own endpoints; no client library in xtask).
-fn http_get(addr: &str, path: &str) -> Result<String> {
+pub(crate) fn http_get(addr: &str, path: &str) -> Result<String> {
     let mut stream = std::net::TcpStream::connect(addr)?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
