@@ -5,12 +5,12 @@
 //! a notebook holding 20 GiB of an idle GPU. `gpuwatch serve` then shows them at
 //! http://127.0.0.1:9879/, each with its verdict and advice, until Ctrl-C or `--seconds`.
 //! `--check` asks the agent's API for the three verdicts at the end and fails on any other.
+use crate::fake_agent::FakeAgent;
 use crate::soak::http_get;
 use crate::{cargo, workspace_root};
 use anyhow::{bail, Context, Result};
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const IMAGE: &str = "gpuwatch-demo/busybox:1";
@@ -68,14 +68,11 @@ extern "C" fn on_interrupt(_: libc::c_int) {
     INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// The agent, stopped (SIGTERM, then waited for) on drop; the demo's containers removed too.
-struct Running(Child);
+/// The demo's containers, removed on drop.
+struct Containers;
 
-impl Drop for Running {
+impl Drop for Containers {
     fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let _ = self.0.wait();
         remove_containers();
     }
 }
@@ -95,6 +92,8 @@ pub fn run(args: &Args) -> Result<()> {
     cargo(&["build", "--release", "-p", "gpuwatch", "-p", "fake-nvml"])?;
     import_image()?;
     remove_containers();
+    // Declared before the agent, so dropped after it: the agent stops, then the containers go.
+    let _containers = Containers;
     let mut devices = Vec::new();
     for (i, (name, service, cmd, util, gib, _)) in JOBS.iter().enumerate() {
         let out = Command::new("docker")
@@ -123,34 +122,7 @@ pub fn run(args: &Args) -> Result<()> {
         &scenario,
         serde_json::to_vec_pretty(&serde_json::json!({ "devices": devices }))?,
     )?;
-    let mut child = Command::new(root.join("target/release/gpuwatch"))
-        .args([
-            "serve",
-            "--web.listen-address",
-            &args.listen,
-            "--interval",
-            "2s",
-        ])
-        .env(
-            "GPUWATCH_NVML_LIB",
-            root.join("target/release/libnvidia_ml_fake.so"),
-        )
-        .env("FAKE_NVML_SCENARIO", &scenario)
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("starting gpuwatch serve")?;
-    let stderr = child.stderr.take().context("the agent's stderr")?;
-    let agent = Running(child);
-    let mut lines = BufReader::new(stderr).lines();
-    loop {
-        let Some(line) = lines.next() else {
-            bail!("gpuwatch serve ended before it listened");
-        };
-        if line?.contains("listening on ") {
-            break;
-        }
-    }
-    std::thread::spawn(move || for _ in lines {});
+    let agent = FakeAgent::start(&scenario, &args.listen, "2s")?;
     say(&format!(
         "three jobs on three fake GPUs ({}): open http://{}/ (Ctrl-C stops it and removes \
          the containers)",

@@ -4,6 +4,7 @@
 //! machine; `test` and `run` call it first, so each of the README's two commands works alone.
 mod bench_vs_nvitop;
 mod demo;
+mod fake_agent;
 mod fuzz;
 mod gpu_bundle;
 mod image;

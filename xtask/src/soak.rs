@@ -4,11 +4,11 @@
 //! files, series count, probe map entries and internal events are printed at the start (after a
 //! warm-up) and at the end, so growth shows as a ratio. A benchmark, not a test: it needs root,
 //! dockerd and minutes.
+use crate::cargo;
 use crate::image::BASE;
-use crate::{cargo, workspace_root};
 use anyhow::{bail, Context, Result};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, Command, Stdio};
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
@@ -36,19 +36,7 @@ struct Sample {
     internal_events: u64,
 }
 
-/// The agent, stopped (SIGTERM, then waited for) on drop.
-struct Agent(Child);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let _ = self.0.wait();
-    }
-}
-
 pub fn run(args: &Args) -> Result<()> {
-    let root = workspace_root();
     cargo(&["build", "--release", "-p", "gpuwatch", "-p", "fake-nvml"])?;
     crate::image::base()?;
     let dir = std::env::temp_dir().join(format!("gpuwatch-soak-{}", std::process::id()));
@@ -58,36 +46,10 @@ pub fn run(args: &Args) -> Result<()> {
         &scenario,
         r#"{"devices": [{"uuid": "GPU-00000000-0000-0000-0000-00000000500a"}]}"#,
     )?;
-    let mut child = Command::new(root.join("target/release/gpuwatch"))
-        .args([
-            "serve",
-            "--web.listen-address",
-            "127.0.0.1:0",
-            "--interval",
-            "1s",
-        ])
-        .env(
-            "GPUWATCH_NVML_LIB",
-            root.join("target/release/libnvidia_ml_fake.so"),
-        )
-        .env("FAKE_NVML_SCENARIO", &scenario)
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("starting gpuwatch serve")?;
-    let stderr = child.stderr.take().context("the agent's stderr")?;
-    let agent = Agent(child);
-    let mut lines = BufReader::new(stderr).lines();
-    let url = loop {
-        let Some(line) = lines.next() else {
-            bail!("gpuwatch serve ended before it listened");
-        };
-        if let Some((_, a)) = line?.rsplit_once("listening on ") {
-            break a.to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    let addr = url.trim_start_matches("http://").to_owned();
-    let pid = agent.0.id();
+    let agent = crate::fake_agent::FakeAgent::start(&scenario, "127.0.0.1:0", "1s")?;
+    let url = agent.url.clone();
+    let addr = agent.addr().to_owned();
+    let pid = agent.pid();
 
     let churn_for = Duration::from_secs(args.minutes * 60);
     let warm_up = Duration::from_secs(30);
