@@ -65,7 +65,7 @@ pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
-        .thread_name("gpuwatch-http")
+        .thread_name(gpuwatch::runtime::privileges::UNPRIVILEGED_THREADS)
         .enable_all()
         .build()
         .context("starting the HTTP runtime")?;

@@ -16,6 +16,11 @@
 //! across the switch (`PR_SET_KEEPCAPS`), takes that user's groups, and holds no uid 0 at all,
 //! so a file it opens afterwards is opened as that user (`CAP_DAC_READ_SEARCH` still reads).
 //!
+//! The threads that serve HTTP ([`UNPRIVILEGED_THREADS`], the name of their runtime) keep no
+//! capability at all: they parse what any client on the network sends, and need none to
+//! render the published round. A flaw there then yields a thread that cannot load programs,
+//! read other processes' memory maps or bypass file permissions.
+//!
 //! Capabilities belong to each thread, and the agent's threads are running by now (the HTTP
 //! and Docker runtimes, the watchdog). So the change is made in every thread, as glibc does
 //! for `setuid`: each is sent a real-time signal whose handler applies it to itself; then every
@@ -235,6 +240,29 @@ pub fn keep_only(needs: Needs, user: Option<&Identity>) -> Result<u64, Privilege
     }
 }
 
+/// The name of the threads that keep no capability: the HTTP runtime's (its workers and its
+/// blocking pool, which bcrypt runs on).
+pub const UNPRIVILEGED_THREADS: &str = "gpuwatch-http";
+
+/// The set a thread named `name` keeps of `kept`.
+fn kept_by(name: &[u8], kept: u64) -> u64 {
+    if name == UNPRIVILEGED_THREADS.as_bytes() {
+        0
+    } else {
+        kept
+    }
+}
+
+/// The calling thread's name (at most 15 bytes; a raw syscall, safe in a signal handler).
+fn own_thread_name(buf: &mut [u8; 16]) -> &[u8] {
+    // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL-terminated, into the buffer given.
+    if unsafe { libc::prctl(libc::PR_GET_NAME, buf.as_mut_ptr(), 0, 0, 0) } != 0 {
+        return &[];
+    }
+    let len = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    &buf[..len]
+}
+
 static KEEP: AtomicU64 = AtomicU64::new(0);
 static LAST_CAP: AtomicU32 = AtomicU32::new(40);
 /// The user to become, set once before any thread is asked (the handler only reads it).
@@ -296,7 +324,8 @@ const CAP_V3: u32 = 0x2008_0522;
 /// effective/permitted/inheritable, then no-new-privileges.
 /// Raw syscalls only: it runs in a signal handler. Returns 0 or the failing step's number.
 fn apply_here() -> i32 {
-    let keep = KEEP.load(Ordering::SeqCst);
+    let mut name = [0u8; 16];
+    let keep = kept_by(own_thread_name(&mut name), KEEP.load(Ordering::SeqCst));
     let last = LAST_CAP.load(Ordering::SeqCst);
     // SAFETY: prctl and capset with valid arguments on the calling thread.
     unsafe {
@@ -389,8 +418,9 @@ fn read(path: &str) -> Result<String, PrivilegeError> {
     })
 }
 
-/// Threads whose effective or permitted set holds more than `kept`, without no-new-privileges,
-/// or (with a `user`) with any other uid or gid.
+/// Threads whose effective or permitted set holds more than `kept` (nothing, for
+/// [`UNPRIVILEGED_THREADS`]), without no-new-privileges, or (with a `user`) with any other uid
+/// or gid.
 fn threads_holding_more(kept: u64, user: Option<&Identity>) -> Result<Vec<u32>, PrivilegeError> {
     let tasks = procfs::process::Process::myself()
         .and_then(|p| p.tasks())
@@ -405,6 +435,7 @@ fn threads_holding_more(kept: u64, user: Option<&Identity>) -> Result<Vec<u32>, 
             continue;
         };
         let caps = TaskCaps::of(&status);
+        let kept = kept_by(status.name.as_bytes(), kept);
         let over = |set: u64| set & !kept != 0;
         let other_user = user.is_some_and(|u| {
             [status.ruid, status.euid, status.suid, status.fuid] != [u.uid; 4]
@@ -422,6 +453,15 @@ mod tests {
     use super::*;
 
     const ALL: u64 = (1 << 41) - 1;
+
+    #[test]
+    fn the_http_threads_keep_nothing_and_the_others_the_kept_set() {
+        let kept = bit(CAP_BPF) | bit(CAP_SYS_PTRACE);
+        assert_eq!(kept_by(b"gpuwatch-http", kept), 0);
+        assert_eq!(kept_by(b"gpuwatch", kept), kept);
+        assert_eq!(kept_by(b"gpuwatch-docker", kept), kept);
+        assert_eq!(kept_by(b"", kept), kept);
+    }
 
     #[test]
     fn keeps_what_the_agent_still_uses_of_what_it_has() {

@@ -15,8 +15,10 @@
 //! Slow or silent clients cannot hold the agent: headers must arrive within
 //! [`HEADER_READ_TIMEOUT`], TLS handshakes within [`TLS_HANDSHAKE_TIMEOUT`], a response must be
 //! read (writes stall at most `WRITE_STALL_TIMEOUT`, a response is written out within
-//! `WRITE_BUDGET`: [`write_guard`]) into a send buffer of [`SEND_BUFFER_BYTES`], and connections
-//! past [`connection_limit`] are refused.
+//! `WRITE_BUDGET`: [`write_guard`]) into a send buffer of [`SEND_BUFFER_BYTES`], and past
+//! [`connection_limit`] the connection waiting longest for its headers is closed to make room
+//! (a newcomer is refused only while every connection is answering).
+mod connections;
 mod login_gate;
 pub mod web_config;
 mod write_guard;
@@ -25,6 +27,7 @@ use crate::heartbeat::Heartbeat;
 use crate::output::prometheus;
 use crate::output::published::Published;
 use bytes::Bytes;
+use connections::{Admission, Connections, Slot};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
@@ -35,9 +38,9 @@ pub use login_gate::LoginGate;
 use std::convert::Infallible;
 use std::net::IpAddr;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 
 /// The last published round, shared between the sampling loop and the HTTP tasks.
 pub type LatestRound = Arc<RwLock<Option<Arc<Published>>>>;
@@ -72,7 +75,8 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Connections served at once: half of the open-file limit left after the agent's own files,
-/// within [16, 16384]. One past it is answered `503` and closed.
+/// within [16, 16384]. One past it takes the place of the connection waiting longest for its
+/// headers, or is answered `503` and closed when every connection is answering.
 pub fn connection_limit() -> usize {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -140,8 +144,9 @@ pub fn raise_file_limit() -> u64 {
 }
 
 /// Accepts connections on `listener` until `shutdown` turns true; each connection is served on
-/// its own task (TLS first when `tls` is set), at most [`connection_limit`] at once, each with
-/// the header-read and handshake timeouts above.
+/// its own task (TLS first when `tls` is set), at most [`connection_limit`] at once
+/// ([`connections`]: at the limit the one waiting longest for its headers makes room), each
+/// with the header-read and handshake timeouts above.
 pub async fn run(
     listener: TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
@@ -150,7 +155,7 @@ pub async fn run(
 ) {
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let limit = connection_limit();
-    let slots = Arc::new(Semaphore::new(limit));
+    let open = Connections::new(limit);
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -163,44 +168,75 @@ pub async fn run(
             },
             _ = shutdown.changed() => return,
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tracing::warn!("refusing {peer}: {limit} connections open already");
-            tokio::spawn(refuse(stream, acceptor.is_some()));
-            continue;
+        let slot = match open.admit(Instant::now()) {
+            Admission::Admitted { slot, evicted } => {
+                if evicted {
+                    tracing::debug!(
+                        "{limit} connections open: closing the one waiting longest for its \
+                         headers to serve {peer}"
+                    );
+                }
+                Arc::new(slot)
+            }
+            Admission::Full => {
+                tracing::warn!("refusing {peer}: {limit} connections answering already");
+                tokio::spawn(refuse(stream, acceptor.is_some()));
+                continue;
+            }
         };
-        let site = site.clone();
-        let acceptor = acceptor.clone();
         limit_send_buffer(&stream);
         let stream = write_guard::WriteGuard::new(stream);
+        let connection =
+            serve_connection(stream, acceptor.clone(), site.clone(), slot.clone(), peer);
         tokio::spawn(async move {
-            let _slot = slot;
-            let service = hyper::service::service_fn(move |req| {
-                let site = site.clone();
-                async move { Ok::<_, Infallible>(handle(&site, &req, peer.ip()).await) }
-            });
-            let mut http = hyper::server::conn::http1::Builder::new();
-            http.timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT);
-            let result = match acceptor {
-                Some(a) => {
-                    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, a.accept(stream)).await {
-                        Ok(Ok(s)) => http.serve_connection(TokioIo::new(s), service).await,
-                        Ok(Err(e)) => {
-                            tracing::debug!("TLS handshake with {peer}: {e}");
-                            return;
-                        }
-                        Err(_) => {
-                            tracing::debug!("TLS handshake with {peer}: timed out");
-                            return;
-                        }
-                    }
+            tokio::select! {
+                () = connection => {}
+                () = slot.evicted() => {
+                    tracing::debug!("connection from {peer}: closed at the limit, no request yet");
                 }
-                None => http.serve_connection(TokioIo::new(stream), service).await,
-            };
-            if let Err(e) = result {
-                tracing::debug!("connection from {peer}: {e}");
             }
         });
+    }
+}
+
+/// Serves one connection (after its TLS handshake when `acceptor` is set), marking `slot`
+/// answering while a request is handled and waiting in between.
+async fn serve_connection(
+    stream: write_guard::WriteGuard<tokio::net::TcpStream>,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    site: Arc<Site>,
+    slot: Arc<Slot>,
+    peer: std::net::SocketAddr,
+) {
+    let service = hyper::service::service_fn(move |req| {
+        let site = site.clone();
+        let slot = slot.clone();
+        async move {
+            slot.answering();
+            let response = handle(&site, &req, peer.ip()).await;
+            slot.waiting(Instant::now());
+            Ok::<_, Infallible>(response)
+        }
+    });
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let result = match acceptor {
+        Some(a) => match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, a.accept(stream)).await {
+            Ok(Ok(s)) => http.serve_connection(TokioIo::new(s), service).await,
+            Ok(Err(e)) => {
+                tracing::debug!("TLS handshake with {peer}: {e}");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!("TLS handshake with {peer}: timed out");
+                return;
+            }
+        },
+        None => http.serve_connection(TokioIo::new(stream), service).await,
+    };
+    if let Err(e) = result {
+        tracing::debug!("connection from {peer}: {e}");
     }
 }
 
