@@ -1,8 +1,22 @@
 //! Internal events: every failure inside the agent is a named event that both logs (tracing) and
 //! counts. The counts appear in every snapshot (`internal_events`) so nothing fails silently.
-use std::collections::BTreeMap;
+//!
+//! Every occurrence is counted, but an event repeating with the same detail is logged once per
+//! [`REPEAT_QUIET`]: the first line, then, at the next occurrence after it, one line with how
+//! many were left out. A source that fails every round (a GPU's sensor, a process the agent may
+//! not read) writes a line every few minutes, not one a second.
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Display;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long an event with the same detail stays out of the log after it was logged.
+pub const REPEAT_QUIET: Duration = Duration::from_secs(300);
+/// The distinct (event, detail) pairs remembered; past it the oldest half is forgotten (they
+/// are then logged again when they recur).
+const REPEATS_KEPT: usize = 1024;
 
 macro_rules! internal_events {
     ($($variant:ident => $name:literal, $level:ident;)*) => {
@@ -18,8 +32,17 @@ macro_rules! internal_events {
                 match self { $(InternalEvent::$variant => $name,)* }
             }
 
-            fn log(self, detail: &dyn Display) {
-                match self { $(InternalEvent::$variant => tracing::$level!(event = $name, "{detail}"),)* }
+            fn log(self, detail: &str, left_out: u64) {
+                match (self, left_out) {
+                    $(
+                        (InternalEvent::$variant, 0) => tracing::$level!(event = $name, "{detail}"),
+                        (InternalEvent::$variant, n) => tracing::$level!(
+                            event = $name,
+                            repeated = n,
+                            "{detail} (and {n} more times since it was last logged)"
+                        ),
+                    )*
+                }
             }
         }
     };
@@ -48,6 +71,7 @@ internal_events! {
 #[derive(Debug)]
 pub struct EventCounters {
     counts: Vec<AtomicU64>,
+    repeats: Mutex<Repeats>,
 }
 
 impl Default for EventCounters {
@@ -57,15 +81,76 @@ impl Default for EventCounters {
                 .iter()
                 .map(|_| AtomicU64::new(0))
                 .collect(),
+            repeats: Mutex::new(Repeats::default()),
         }
     }
 }
 
+/// When each (event, detail) was last logged, and how many of it were left out since.
+#[derive(Debug, Default)]
+struct Repeats {
+    by_key: HashMap<(InternalEvent, u64), Repeat>,
+}
+
+#[derive(Debug)]
+struct Repeat {
+    logged_at: Instant,
+    left_out: u64,
+}
+
+impl Repeats {
+    /// Whether an occurrence at `now` is logged, and then how many were left out before it.
+    fn log_now(&mut self, key: (InternalEvent, u64), now: Instant) -> Option<u64> {
+        if let Some(r) = self.by_key.get_mut(&key) {
+            if now.saturating_duration_since(r.logged_at) < REPEAT_QUIET {
+                r.left_out += 1;
+                return None;
+            }
+            let left_out = r.left_out;
+            *r = Repeat {
+                logged_at: now,
+                left_out: 0,
+            };
+            return Some(left_out);
+        }
+        if self.by_key.len() >= REPEATS_KEPT {
+            let mut times: Vec<Instant> = self.by_key.values().map(|r| r.logged_at).collect();
+            times.sort_unstable();
+            let cut = times[times.len() / 2];
+            self.by_key.retain(|_, r| r.logged_at > cut);
+        }
+        self.by_key.insert(
+            key,
+            Repeat {
+                logged_at: now,
+                left_out: 0,
+            },
+        );
+        Some(0)
+    }
+}
+
+fn hash_of(detail: &str) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    detail.hash(&mut h);
+    h.finish()
+}
+
 impl EventCounters {
-    /// Logs `event` with `detail` and counts it.
+    /// Counts `event` and logs it with `detail`, unless the same detail was logged within
+    /// [`REPEAT_QUIET`].
     pub fn emit(&self, event: InternalEvent, detail: impl Display) {
-        event.log(&detail);
         self.add(event, 1);
+        let detail = detail.to_string();
+        let key = (event, hash_of(&detail));
+        let logged = self
+            .repeats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .log_now(key, Instant::now());
+        if let Some(left_out) = logged {
+            event.log(&detail, left_out);
+        }
     }
 
     /// Counts `n` occurrences without logging (for bulk counts already logged once).
@@ -99,5 +184,49 @@ mod tests {
         assert_eq!(m["gpu_process_vanished"], 3);
         assert_eq!(m["nvml_call_failed"], 0);
         assert_eq!(m.len(), InternalEvent::ALL.len());
+    }
+
+    #[test]
+    fn a_repeated_detail_is_logged_once_per_quiet_period_with_the_count_left_out() {
+        let mut r = Repeats::default();
+        let t0 = Instant::now();
+        let key = (
+            InternalEvent::NvmlCallFailed,
+            hash_of("GPU 0: temperature: Unknown"),
+        );
+        let other = (
+            InternalEvent::NvmlCallFailed,
+            hash_of("GPU 1: temperature: Unknown"),
+        );
+        assert_eq!(r.log_now(key, t0), Some(0));
+        for s in 1..=299 {
+            assert_eq!(r.log_now(key, t0 + Duration::from_secs(s)), None, "{s} s");
+        }
+        assert_eq!(r.log_now(other, t0 + Duration::from_secs(10)), Some(0));
+        assert_eq!(r.log_now(key, t0 + REPEAT_QUIET), Some(299));
+        assert_eq!(
+            r.log_now(key, t0 + REPEAT_QUIET + Duration::from_secs(1)),
+            None
+        );
+    }
+
+    #[test]
+    fn the_details_remembered_are_bounded() {
+        let mut r = Repeats::default();
+        let t0 = Instant::now();
+        for i in 0..(REPEATS_KEPT as u64 * 3) {
+            let at = t0 + Duration::from_millis(i);
+            assert_eq!(r.log_now((InternalEvent::ProcReadFailed, i), at), Some(0));
+        }
+        assert!(r.by_key.len() <= REPEATS_KEPT, "{}", r.by_key.len());
+    }
+
+    #[test]
+    fn every_occurrence_is_counted_whether_logged_or_not() {
+        let c = EventCounters::default();
+        for _ in 0..5 {
+            c.emit(InternalEvent::ProcReadFailed, "pid 7: permission denied");
+        }
+        assert_eq!(c.get(InternalEvent::ProcReadFailed), 5);
     }
 }

@@ -323,11 +323,13 @@ impl Sampler {
             let Some(p) = self.pending.pop_front() else {
                 break;
             };
-            let done = Completion {
+            let mut done = Completion {
                 gpu: self.gpu.as_ref().ok(),
                 fetched: &self.fetched,
             }
             .complete(p);
+            // As of now: the fetches that completed the round count too.
+            done.internal_events = self.events.to_map();
             self.stalls.observe(&done);
             self.cuda.observe(&done);
             out.push(done);

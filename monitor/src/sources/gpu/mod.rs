@@ -115,6 +115,9 @@ struct DeviceCursor {
     split_buf: Vec<nvmlProcessUtilizationSample_t>,
     /// Fields that change rarely, and the readings left before they are read again.
     slow: SlowFields,
+    /// Calls that failed when the GPU was opened (its name, minor number, the Xid watch):
+    /// shown in every reading's `errors` for as long as what they read stays unknown.
+    open_errors: BTreeMap<&'static str, String>,
 }
 
 /// The process lists are read again at least once every this many rounds.
@@ -156,7 +159,12 @@ struct SlowFields {
     persistence_mode: Option<bool>,
     /// Changes only when an operator sets it (`nvidia-smi -pl`).
     power_limit_watts: Option<f64>,
+    /// The failures of the last slow read, shown until the next one.
+    errors: BTreeMap<&'static str, String>,
 }
+
+/// The fields of [`SlowFields`], as named in a reading's `errors`.
+const SLOW_FIELD_NAMES: [&str; 3] = ["ecc_errors", "persistence_mode", "power_limit"];
 
 /// The open NVML library and a cursor per GPU.
 pub struct GpuSource {
@@ -208,8 +216,18 @@ impl GpuSource {
         let driver_version = nvml.sys_driver_version().ok();
         let mut devices = Vec::with_capacity(count as usize);
         for index in 0..count {
+            let mut open_errors = BTreeMap::new();
             let (uuid, name, minor_number) = match nvml.device_by_index(index) {
-                Ok(d) => (d.uuid().ok(), d.name().ok(), d.minor_number().ok()),
+                Ok(d) => {
+                    let mut failed = OpenFailures {
+                        index,
+                        events: &events,
+                        errors: &mut open_errors,
+                    };
+                    let name = failed.known("name", d.name());
+                    let minor_number = failed.known("minor_number", d.minor_number());
+                    (d.uuid().ok(), name, minor_number)
+                }
                 Err(e) => {
                     events.emit(
                         InternalEvent::NvmlCallFailed,
@@ -236,9 +254,10 @@ impl GpuSource {
                 split_last_seen_us: 0,
                 split_buf: Vec::new(),
                 slow: SlowFields::default(),
+                open_errors,
             });
         }
-        let xid = open_xid_watch(&nvml, &devices, &events);
+        let xid = open_xid_watch(&nvml, &mut devices, &events);
         Ok(Self {
             nvml,
             devices,
@@ -419,6 +438,10 @@ impl GpuSource {
                     InternalEvent::NvmlCallFailed,
                     format_args!("reading Xid events: {e}"),
                 );
+                for r in &mut out {
+                    r.errors
+                        .insert(XID_FIELD, format!("reading Xid events: {e}"));
+                }
             }
             for (index, xid) in xids {
                 tracing::warn!("GPU {index}: Xid {xid}: {}", crate::model::xid_meaning(xid));
@@ -437,11 +460,40 @@ fn read_driver_list(dir: &Path) -> Option<BTreeSet<String>> {
         .ok()
 }
 
+/// Calls made when a GPU is opened: a failure is counted and kept in its `errors`
+/// (NotSupported is absence, not a failure).
+struct OpenFailures<'a> {
+    index: u32,
+    events: &'a EventCounters,
+    errors: &'a mut BTreeMap<&'static str, String>,
+}
+
+impl OpenFailures<'_> {
+    fn known<T>(&mut self, field: &'static str, r: Result<T, NvmlError>) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(NvmlError::NotSupported) => None,
+            Err(e) => {
+                self.events.emit(
+                    InternalEvent::NvmlCallFailed,
+                    format_args!("GPU {}: {field}: {e}", self.index),
+                );
+                self.errors.insert(field, e.to_string());
+                None
+            }
+        }
+    }
+}
+
+/// The field a failed Xid watch is shown under in a reading's `errors`: without it, Xid
+/// errors are not seen, and an empty `xid_events` would read as none.
+const XID_FIELD: &str = "xid_events";
+
 /// Registers every reachable device for Xid events; NOT_SUPPORTED (some GPUs, vGPUs) is not a
-/// failure, anything else is counted.
+/// failure, anything else is counted and shown in the device's `errors`.
 fn open_xid_watch(
     nvml: &Nvml,
-    devices: &[DeviceCursor],
+    devices: &mut [DeviceCursor],
     events: &EventCounters,
 ) -> Option<XidWatch> {
     let handles: Vec<(nvmlDevice_t, u32)> = devices
@@ -460,6 +512,10 @@ fn open_xid_watch(
                         InternalEvent::NvmlCallFailed,
                         format_args!("GPU {index}: registering for Xid events: {e}"),
                     );
+                    if let Some(c) = devices.iter_mut().find(|c| c.index == index) {
+                        c.open_errors
+                            .insert(XID_FIELD, format!("registering for Xid events: {e}"));
+                    }
                 }
             }
             Some(watch)
@@ -470,6 +526,10 @@ fn open_xid_watch(
                 InternalEvent::NvmlCallFailed,
                 format_args!("creating the Xid event set: {e}"),
             );
+            for c in devices.iter_mut() {
+                c.open_errors
+                    .insert(XID_FIELD, format!("creating the Xid event set: {e}"));
+            }
             None
         }
     }
@@ -580,15 +640,33 @@ fn read_device(nvml: &Nvml, cursor: &mut DeviceCursor, events: &EventCounters) -
     if cursor.slow.rounds_left == 0 {
         cursor.slow.rounds_left = SLOW_FIELDS_EVERY;
         cursor.slow.ecc_uncorrected_volatile = rec.take(
-            "ecc_errors",
+            SLOW_FIELD_NAMES[0],
             device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile),
         );
-        cursor.slow.persistence_mode = rec.take("persistence_mode", device.is_in_persistent_mode());
+        cursor.slow.persistence_mode =
+            rec.take(SLOW_FIELD_NAMES[1], device.is_in_persistent_mode());
         cursor.slow.power_limit_watts = rec
-            .take("power_limit", device.enforced_power_limit())
+            .take(SLOW_FIELD_NAMES[2], device.enforced_power_limit())
             .map(|mw| f64::from(mw) / 1000.0);
+        cursor.slow.errors = SLOW_FIELD_NAMES
+            .iter()
+            .filter_map(|f| Some((*f, rec.reading.errors.get(f)?.clone())))
+            .collect();
+    } else {
+        rec.reading.errors.extend(cursor.slow.errors.clone());
     }
     cursor.slow.rounds_left -= 1;
+    rec.reading.errors.extend(
+        cursor
+            .open_errors
+            .iter()
+            .filter(|(f, _)| match **f {
+                "name" => cursor.name.is_none(),
+                "minor_number" => cursor.minor_number.is_none(),
+                _ => true,
+            })
+            .map(|(f, e)| (*f, e.clone())),
+    );
     rec.reading.ecc_uncorrected_volatile = cursor.slow.ecc_uncorrected_volatile;
     rec.reading.persistence_mode = cursor.slow.persistence_mode;
     rec.reading.power_limit_watts = cursor.slow.power_limit_watts;
