@@ -87,6 +87,9 @@ static START: Once = Once::new();
 
 pub fn start() {
     START.call_once(|| {
+        // The real driver has watched its GPUs since it loaded: one poll before answering, so
+        // a first call never reads a state nobody has filled yet.
+        crate::with_scenario(poll);
         std::thread::Builder::new()
             .name("fake-nvml-driver".into())
             .spawn(|| loop {

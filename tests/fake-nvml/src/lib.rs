@@ -61,7 +61,10 @@ pub(crate) fn with_scenario<T>(f: impl FnOnce(&Scenario) -> T) -> T {
                 .map_err(|e| e.to_string())
                 .and_then(|t| serde_json::from_str::<Scenario>(&t).map_err(|e| e.to_string()));
             match parsed {
-                Ok(scenario) => {
+                Ok(mut scenario) => {
+                    if let Some(old) = state.as_ref().filter(|l| l.path == path) {
+                        scenario.keep_what_only_a_reset_undoes(&old.scenario);
+                    }
                     *state = Some(Loaded {
                         path,
                         modified,
@@ -383,13 +386,21 @@ pub unsafe extern "C" fn nvmlDeviceGetPcieThroughput(
     })
 }
 
+/// The driver's own memory on a GPU, whoever runs: 480 MiB on an idle H100 (driver
+/// 580.159.04, `tests/gpu/nvml_fidelity.py`, 2026-12-06: used 480.0 MiB with no process).
+const DRIVER_MEMORY: u64 = 480 << 20;
+/// What the driver keeps per process beyond the process's own figure: the same H100 showed
+/// 488.8 MiB beside one PyTorch process and 494.4 beside two (+8.8, +5.6).
+const DRIVER_MEMORY_PER_PROCESS: u64 = 7 << 20;
+
 fn memory_used(d: &scenario::Device) -> u64 {
     d.memory_used_bytes.unwrap_or_else(|| {
-        (512 << 20)
-            + d.processes
-                .iter()
-                .filter_map(|p| p.used_memory_bytes)
-                .sum::<u64>()
+        let held: Vec<u64> = d
+            .processes
+            .iter()
+            .filter_map(|p| p.used_memory_bytes)
+            .collect();
+        DRIVER_MEMORY + DRIVER_MEMORY_PER_PROCESS * held.len() as u64 + held.iter().sum::<u64>()
     })
 }
 

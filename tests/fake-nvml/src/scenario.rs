@@ -49,7 +49,8 @@ pub struct Device {
     pub name: String,
     #[serde(default = "default_total")]
     pub memory_total_bytes: u64,
-    /// Defaults to the sum of the processes' memory plus 512 MiB of driver reservation.
+    /// Defaults to the processes' memory plus the driver's own: 480 MiB and 7 MiB per process,
+    /// as an H100 measured.
     #[serde(default)]
     pub memory_used_bytes: Option<u64>,
     /// The device's utilisation (percent), fixed. Absent: the processes' shares, added per
@@ -69,7 +70,8 @@ pub struct Device {
     /// Raw `nvmlClocksEventReasons` bits (e.g. 4 = SW power cap).
     #[serde(default)]
     pub clocks_event_reasons: u64,
-    /// Volatile uncorrected ECC errors (since the driver loaded).
+    /// Volatile uncorrected ECC errors (since the driver loaded). Only grows: a scenario
+    /// rewritten with fewer keeps the most seen, as the driver resets it only with the GPU.
     #[serde(default)]
     pub ecc_uncorrected_volatile: u64,
     /// Xid error codes, delivered once each, in order, through the event set (append to
@@ -79,7 +81,9 @@ pub struct Device {
     /// Persistence mode (`nvidia-smi -pm`); on by default, as on a well-set-up server.
     #[serde(default = "default_true")]
     pub persistence_mode: bool,
-    /// Every call on this device returns GPU_IS_LOST.
+    /// Every call on this device returns GPU_IS_LOST. Once lost, it stays lost however the
+    /// scenario is rewritten: the driver gets a GPU back only through a reset, which the fake
+    /// does not model (it cannot be measured on a GPU that may not be reset).
     #[serde(default)]
     pub lost: bool,
     /// A recorded utilisation series played back as this device's records, from the moment the
@@ -104,6 +108,21 @@ pub struct Device {
     pub errors: HashMap<String, String>,
     #[serde(default)]
     pub processes: Vec<Process>,
+}
+
+impl Scenario {
+    /// What the driver undoes only by resetting the GPU stays from `before` (the scenario this
+    /// one replaces): a lost GPU stays lost, a volatile ECC count never drops.
+    pub fn keep_what_only_a_reset_undoes(&mut self, before: &Scenario) {
+        for (now, then) in self.devices.iter_mut().zip(&before.devices) {
+            if now.uuid == then.uuid {
+                now.lost |= then.lost;
+                now.ecc_uncorrected_volatile = now
+                    .ecc_uncorrected_volatile
+                    .max(then.ecc_uncorrected_volatile);
+            }
+        }
+    }
 }
 
 fn default_true() -> bool {
@@ -193,4 +212,26 @@ fn default_dram() -> f64 {
 
 fn default_period() -> u64 {
     200
+}
+
+#[cfg(test)]
+mod reset_tests {
+    use super::*;
+
+    fn scenario(lost: bool, ecc: u64) -> Scenario {
+        serde_json::from_value(serde_json::json!({"devices": [
+            {"uuid": "GPU-a", "lost": lost, "ecc_uncorrected_volatile": ecc}]}))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_lost_gpu_stays_lost_and_a_volatile_ecc_count_never_drops() {
+        let mut now = scenario(false, 1);
+        now.keep_what_only_a_reset_undoes(&scenario(true, 3));
+        assert!(now.devices[0].lost);
+        assert_eq!(now.devices[0].ecc_uncorrected_volatile, 3);
+        let mut grown = scenario(false, 5);
+        grown.keep_what_only_a_reset_undoes(&scenario(false, 3));
+        assert_eq!(grown.devices[0].ecc_uncorrected_volatile, 5);
+    }
 }
