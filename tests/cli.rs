@@ -386,6 +386,44 @@ fn absurd_intervals_are_refused_where_they_are_written() {
     );
 }
 
+/// SIGTERM ends `watch`, `record` and `serve` within 2 s at either end of the interval's range
+/// (`100us` took 70 s to stop before intervals were bounded; a 24-h interval must not wait
+/// out its sleep).
+#[test]
+fn sigterm_ends_a_run_promptly_at_either_end_of_the_interval_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("rec.csv");
+    let out = out.to_str().unwrap();
+    for interval in ["100ms", "24h"] {
+        for command in [
+            &["watch"][..],
+            &["record", "-o", out],
+            &["serve", "--web.listen-address", "127.0.0.1:0"],
+        ] {
+            let mut child = Command::new(support::gpuwatch_bin())
+                .args(command)
+                .args([
+                    "--interval",
+                    interval,
+                    "--no-nvml",
+                    "--no-docker",
+                    "--no-ebpf",
+                ])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+            let (status, took) = support::sigterm_and_wait(&mut child);
+            assert!(
+                took < std::time::Duration::from_secs(2),
+                "{command:?} at {interval}: {took:?}"
+            );
+            assert_eq!(status.code(), Some(0), "{command:?} at {interval}");
+        }
+    }
+}
+
 /// `report` and `plot` read the shipped H100 recording (JSON Lines): every labelled job's main
 /// verdict is the one its label names, and the findings come first, worst first.
 #[test]

@@ -68,11 +68,12 @@ fn process_lists_are_read_again_whenever_they_may_have_changed() {
     // A listed process dies and the driver stops listing it, its memory not yet freed in the
     // device figure: the lists stand until the sampler, which checks every listed PID, says
     // one is gone.
+    let used_by_both = gpu.collect()[0].memory_used_bytes.unwrap();
     b.kill().unwrap();
     b.wait().unwrap();
     write(
         &scenario,
-        &json!({"devices": [{"uuid": "GPU-lists", "memory_used_bytes": 3 * GIB + 512 * (1 << 20),
+        &json!({"devices": [{"uuid": "GPU-lists", "memory_used_bytes": used_by_both,
             "processes": [proc_(a.id(), 2 * GIB)]}]}),
     );
     assert_eq!(pids(&mut gpu), both, "the device figure did not move");

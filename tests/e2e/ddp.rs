@@ -107,11 +107,9 @@ fn each_gpu_process_is_a_rank_with_its_environment_and_doctor_checks_the_launch(
         );
     }
     assert_eq!(ranks[0]["memory_bytes"], 8 * GIB);
-    assert!(
-        ranks[0]["busy_fraction"].as_f64().unwrap() > 0.5,
-        "{:#}",
-        ranks[0]
-    );
+    // GPU 0 is 95 % busy (rank 0 at 95, its peer's context at 0) and rank 0 holds it alone.
+    let busy = ranks[0]["busy_fraction"].as_f64().unwrap();
+    assert!((busy - 0.95).abs() < 0.02, "{:#}", ranks[0]);
     let s = &w["straggler"];
     assert_eq!(
         (s["pid"].as_u64(), s["gpu"].as_u64()),

@@ -1,7 +1,7 @@
 //! `gpuwatch record`: rows per sample per GPU and per container, nothing lost on SIGTERM, a clear
 //! error on a full disk.
 
-use serde_json::json;
+use serde_json::{json, Value};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use support::*;
@@ -190,6 +190,25 @@ fn a_full_disk_is_a_clear_error_and_keeps_what_was_written() {
         complete.iter().skip(1).all(|l| l.starts_with("20")),
         "complete rows are intact"
     );
+    // The error counts the samples written whole: those whose every row is in the file (a
+    // sample is a row per GPU and per workload, all with its time first).
+    let mut rows_per_sample: Vec<(&str, usize)> = Vec::new();
+    for l in complete.iter().skip(1) {
+        let time = l.split(',').next().unwrap();
+        match rows_per_sample.last_mut() {
+            Some((t, n)) if *t == time => *n += 1,
+            _ => rows_per_sample.push((time, 1)),
+        }
+    }
+    let whole_rows = rows_per_sample[0].1;
+    let whole = rows_per_sample
+        .iter()
+        .filter(|(_, n)| *n == whole_rows)
+        .count();
+    assert!(
+        err.contains(&format!("(the {whole} samples before were written)")),
+        "{whole} samples of {whole_rows} rows written whole: {err}"
+    );
     // What the full disk left is a recording `report` reads: every whole row, the cut one left
     // out and named (it refused the whole file: "line 69: found record with 18 fields").
     let copy = dir.path().join("log.csv");
@@ -251,5 +270,112 @@ fn rounds_further_apart_than_a_fetch_keep_their_whole_window_covered() {
             (busy["fraction"].as_f64().unwrap() - 0.6).abs() < 0.01,
             "{busy:#}"
         );
+    }
+}
+
+/// OOM headroom from the driver's figures to every output: a container's process holds 20 GiB
+/// of a 100-GiB GPU beside 10 GiB of others', then 40 GiB. The article's rule with its 2000-MiB
+/// baseline gives the batch room to grow (90 GiB - 2000 MiB) / (20 GiB - 2000 MiB) = 4.879×,
+/// then 2.314×: each CSV row holds one or the other, `report` takes the tightest (2.314), and
+/// `snapshot` and `/metrics` show the one in force.
+#[test]
+fn oom_headroom_reaches_the_rows_the_report_the_snapshot_and_metrics() {
+    require_root();
+    let c = Container::start(&unique("oom"), &[], "sleep 3600");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("scenario.json");
+    const MIB: u64 = 1 << 20;
+    let holding = |gib: u64| {
+        json!({"devices": [{"uuid": "GPU-oom", "utilization_gpu": 60,
+            "memory_total_bytes": 100 * GIB, "memory_used_bytes": (gib + 10) * GIB,
+            "processes": [{"pid": c.pid, "used_memory_bytes": gib * GIB, "sm_util": 60}]}]})
+    };
+    let scale = |gib: u64| (90.0 * 1024.0 - 2000.0) / ((gib * GIB / MIB) as f64 - 2000.0);
+    let (wide, tight) = (scale(20), scale(40));
+    std::fs::write(&path, holding(20).to_string()).unwrap();
+    let csv = dir.path().join("oom.csv");
+    let mut rec = record_cmd(
+        &path,
+        &["--no-ebpf", "--interval", "500ms", "--duration", "8s"],
+    )
+    .arg("-o")
+    .arg(&csv)
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    let tmp = dir.path().join("scenario.tmp");
+    std::fs::write(&tmp, holding(40).to_string()).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    assert!(rec.wait().unwrap().success());
+
+    let mut reader = csv::Reader::from_path(&csv).unwrap();
+    let headers = reader.headers().unwrap().clone();
+    let col = |name: &str| headers.iter().position(|h| h == name).unwrap();
+    let (name_col, scale_col) = (col("workload_name"), col("oom_batch_scale"));
+    let seen: Vec<f64> = reader
+        .records()
+        .map(|r| r.unwrap())
+        .filter(|r| r[name_col].trim_start_matches('/') == c.name)
+        .filter_map(|r| r[scale_col].parse().ok())
+        .collect();
+    let near = |v: f64, want: f64| (v - want).abs() < 0.005;
+    assert!(
+        seen.iter().all(|v| near(*v, wide) || near(*v, tight)),
+        "{seen:?} against {wide:.3} and {tight:.3}"
+    );
+    assert!(
+        seen.iter().any(|v| near(*v, wide)) && seen.iter().any(|v| near(*v, tight)),
+        "{seen:?}"
+    );
+
+    let report = Command::new(gpuwatch_bin())
+        .args(["report", "--format", "json"])
+        .arg(&csv)
+        .output()
+        .unwrap();
+    assert!(
+        report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    let report: Value = serde_json::from_slice(&report.stdout).unwrap();
+    let mine = report["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"].as_str().unwrap().trim_start_matches('/') == c.name)
+        .unwrap();
+    let min = mine["min_oom_batch_scale"].as_f64().unwrap();
+    assert!(
+        near(min, tight),
+        "the report's tightest {min}, want {tight:.3}"
+    );
+
+    let snap = snapshot(&holding(40), &["--no-ebpf"]);
+    let w = workload(&snap.json, &format!("docker:{}", c.id));
+    let h = w["oom_headroom"]["batch_scale"].as_f64().unwrap();
+    assert!(near(h, tight), "snapshot {h}");
+
+    let (_agent, url) = serve_via(&[], &path, &["--no-ebpf"]);
+    let started = std::time::Instant::now();
+    loop {
+        let body = ureq::get(&format!("{url}/metrics"))
+            .call()
+            .ok()
+            .and_then(|mut r| r.body_mut().read_to_string().ok())
+            .unwrap_or_default();
+        let line = body.lines().find(|l| {
+            l.starts_with("gpuwatch_container_oom_headroom_batch_scale{") && l.contains(&c.name)
+        });
+        if let Some(v) = line.and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok()) {
+            assert!(near(v, tight), "/metrics {v}");
+            break;
+        }
+        assert!(
+            started.elapsed().as_secs() < 30,
+            "no headroom in /metrics:\n{body}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
     }
 }

@@ -3,6 +3,7 @@
 
 use gpuwatch::cgroup::{classify, CgroupMembership};
 use serde_json::{json, Value};
+use std::time::Instant;
 use support::*;
 
 /// A loader-like busy loop: short sleeps make the scheduler switch it out constantly.
@@ -54,10 +55,17 @@ fn attributes_gpu_processes_to_containers_host_and_skips_vanished() {
             }
         ]
     });
+    // The kernel's count of the trainer's CPU time from the window's start to the end of the
+    // run: the reference for the cores the agent reports.
+    let at_start = std::cell::Cell::new(None);
     let run = snapshot_around_baseline(&scenario, &[], || {
         // SAFETY: kill(2) on our own child, not yet reaped (the reaper waits for this signal).
         unsafe { libc::kill(short_pid as i32, libc::SIGKILL) };
+        at_start.set(Some((Instant::now(), cgroup_cpu_usec(trainer.pid))));
     });
+    let (started, usec) = at_start.get().expect("a baseline round");
+    let kernel_cores =
+        (cgroup_cpu_usec(trainer.pid) - usec) as f64 / 1e6 / started.elapsed().as_secs_f64();
     let s = &run.json;
     assert!(run.status.success(), "{}", run.stderr);
     assert_eq!(s["schema_version"], 2);
@@ -110,8 +118,14 @@ fn attributes_gpu_processes_to_containers_host_and_skips_vanished() {
     assert_close(&g0["coverage"], 1.0, 0.02);
     assert_close(&g0["fraction"], 0.85, 0.01);
     assert!(t["cgroup_path"].as_str().unwrap().contains(&trainer.id));
-    // Real cgroup counters of a busy container.
-    assert!(t["cpu"]["cores"].as_f64().unwrap() > 0.0, "{:#}", t["cpu"]);
+    // Real cgroup counters of a busy container: its cores as the kernel counted them (the
+    // reference spans a little past the window's end).
+    let cores = t["cpu"]["cores"].as_f64().unwrap();
+    assert!(
+        (cores - kernel_cores).abs() <= 0.3 * kernel_cores + 0.05,
+        "{cores} cores against the kernel's {kernel_cores:.3}: {:#}",
+        t["cpu"]
+    );
     assert!(t["memory"]["usage_bytes"].as_u64().unwrap() > 0);
     // The probes saw this container's busy loop: context switches and on-CPU time.
     let stalls = &t["stalls"];
@@ -160,7 +174,11 @@ fn attributes_gpu_processes_to_containers_host_and_skips_vanished() {
 
     // Processes keyed on (pid, start time), with their command.
     let tp = gpu_process(s, 0, trainer.pid);
-    assert!(tp["start_time_ticks"].as_u64().unwrap() > 0);
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", trainer.pid)).unwrap();
+    let after_comm = &stat[stat.rfind(')').unwrap() + 2..];
+    // Field 22 of stat, the 20th after the command.
+    let start_ticks: u64 = after_comm.split(' ').nth(19).unwrap().parse().unwrap();
+    assert_eq!(tp["start_time_ticks"], start_ticks);
     assert_eq!(tp["command"], "sh");
     assert_eq!(tp["kind"], "compute");
 
@@ -283,19 +301,26 @@ fn a_lone_busy_process_is_credited_with_its_gpus_busy_time() {
 
 #[test]
 fn a_shared_gpu_the_driver_cannot_split_is_estimated_and_says_so() {
-    // Two containers on one GPU, both busy on their CPUs; the driver credits every period to
-    // the busier (70 %, as the H200 did beside a 30 % job), so the other has no driver share.
-    // Their split must come from host CPU time, labelled an estimate, and never give the
-    // second 0; the two together are the GPU's busy share.
+    // Two containers on one GPU, each a shell spinning in its own process (no children, so the
+    // process's CPU time is its cgroup's), the first on a whole CPU, the second held to a fifth
+    // of one; the driver credits every period to the busier (70 %, as the H200 did beside a
+    // 30 % job), so the other has no driver share. Their split must come from host CPU time, labelled an
+    // estimate, in the proportion of the CPU time the kernel counted for each (`cpu.stat`);
+    // the two together are the GPU's busy share.
     require_root();
-    let a = Container::start(&unique("share-a"), &[], BUSY);
-    let b = Container::start(&unique("share-b"), &[], BUSY);
+    let spin = "while :; do :; done";
+    let a = Container::start(&unique("share-a"), &[], spin);
+    let b = Container::start_with(&unique("share-b"), &[], &["--cpus", "0.2"], spin);
+    let cpu = |c: &Container| cgroup_cpu_usec(c.pid) as f64;
+    let before = (cpu(&a), cpu(&b));
     let run = snapshot(
         &json!({"devices": [{"uuid": "GPU-shared", "processes": [
             {"pid": a.pid, "used_memory_bytes": GIB, "sm_util": 70},
             {"pid": b.pid, "used_memory_bytes": GIB, "sm_util": 30}]}]}),
         &["--window", "2s"],
     );
+    let used = (cpu(&a) - before.0, cpu(&b) - before.1);
+    let kernel_b = used.1 / (used.0 + used.1);
     assert!(run.status.success(), "{}", run.stderr);
     let g = &run.json["gpus"][0];
     assert_eq!(g["busy"]["split"], "host_cpu_estimate", "{g:#}");
@@ -311,7 +336,10 @@ fn a_shared_gpu_the_driver_cannot_split_is_estimated_and_says_so() {
             .unwrap()
     };
     let (pa, pb) = (part(&a), part(&b));
-    assert!(pb > 0.1, "the second container ran: {pb}");
+    assert!(
+        (pb - kernel_b).abs() < 0.08,
+        "the second's part {pb} against its share of the CPU time {kernel_b:.3} ({used:?} µs)"
+    );
     assert!((pa + pb - 1.0).abs() < 0.01, "{pa} + {pb}");
     for c in [&a, &b] {
         let share = &workload(&run.json, &format!("docker:{}", c.id))["gpu"]["per_gpu"][0];

@@ -115,7 +115,18 @@ fn io_cpu_and_gpu_bound_containers_get_their_verdicts() {
         {"uuid": "GPU-cpu", "processes": [proc(&cpu, &cpu_sm)]},
         {"uuid": "GPU-gpu", "processes": [proc(&gpu, &gpu_sm)]}
     ]});
-    let run = snapshot(&scenario, &["--window", "4s"]);
+    // The kernel's count of the quota's hold on the CPU-bound container, from the window's
+    // start to the end of the run: the reference for its throttled share.
+    let at_start = std::cell::Cell::new(None);
+    let run = snapshot_around_baseline(&scenario, &["--window", "4s"], || {
+        at_start.set(Some((
+            std::time::Instant::now(),
+            cgroup_throttled_seconds(cpu.pid),
+        )));
+    });
+    let (started, throttled) = at_start.get().expect("a baseline round");
+    let kernel_throttled =
+        (cgroup_throttled_seconds(cpu.pid) - throttled) / started.elapsed().as_secs_f64();
     let s = &run.json;
     assert!(run.status.success(), "{}", run.stderr);
     assert_eq!(s["sources"]["ebpf"]["up"], true, "{:#}", s["sources"]);
@@ -182,9 +193,10 @@ fn io_cpu_and_gpu_bound_containers_get_their_verdicts() {
     let cpu_w = workload(s, &format!("docker:{}", cpu.id));
     assert_eq!(cpu_w["cpu"]["limit_cores"], 0.5);
     assert!(f(&cpu_w["cpu"], "cores") <= 0.6, "{:#}", cpu_w["cpu"]);
+    let throttled = f(v, "cpu_throttled_fraction");
     assert!(
-        f(v, "cpu_throttled_fraction") > 0.1 || f(&v["loader"], "on_cpu_share") > 0.5,
-        "{v:#}"
+        kernel_throttled > 0.1 && (throttled - kernel_throttled).abs() < 0.15,
+        "throttled {throttled} against the kernel's {kernel_throttled:.3}: {v:#}"
     );
 
     // GPU-bound: 200 ms of compute per batch, batches always ready ⇒ GPU busy ≈ 0.95.
@@ -917,16 +929,23 @@ fn the_agent_traces_reads_only_while_a_container_needs_them() {
         "the reads of the idle container were traced (phase {phase})"
     );
     let off_after = off_after_ms.expect("read tracing went off after the recovery");
+    let on_after = on_after_ms.expect("read tracing went on once the GPU idled");
     eprintln!(
-        "read tracing on {} ms after the GPU began to idle (published), off {off_after} ms after \
-         it recovered",
-        on_after_ms.unwrap_or(0)
+        "read tracing on {on_after} ms after the GPU began to idle (published), off {off_after} \
+         ms after it recovered"
+    );
+    // On by the first published round that sees the idling: within a series interval (1 s)
+    // of rounds (250 ms) and their publication, with room for a loaded machine.
+    assert!(
+        on_after <= 4000,
+        "on {on_after} ms after the GPU began to idle"
     );
     // The linger (2 s) from the last round that needed it, which can be a series interval (1 s)
     // after the recovery was written.
     assert!(
-        off_after >= 2000,
-        "off {off_after} ms after recovery, before the 2 s linger"
+        (2000..=6000).contains(&off_after),
+        "off {off_after} ms after recovery: the 2 s linger, then at most a series interval and \
+         a round or two"
     );
 }
 

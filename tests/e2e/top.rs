@@ -6,15 +6,18 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use support::*;
 
-/// A tmux server of its own (its own socket), killed on drop.
+/// A tmux server of its own (its own socket), killed on drop. Each test gets its own: the
+/// tests of this file run at once, and a shared socket let one kill the other's server.
 struct Tmux {
     socket: String,
 }
 
 impl Tmux {
     fn new() -> Self {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Self {
-            socket: format!("gpuwatch-top-{}", std::process::id()),
+            socket: format!("gpuwatch-top-{}-{n}", std::process::id()),
         }
     }
 

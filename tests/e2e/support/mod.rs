@@ -406,6 +406,11 @@ pub fn serve_via(prefix: &[&str], scenario: &Path, extra: &[&str]) -> (Running, 
     if !extra.contains(&"--interval") {
         cmd.args(["--interval", "500ms"]);
     }
+    if !extra.contains(&"-c") {
+        // Rounds are published once the GPU series covers them: with the 10-s default a test
+        // waits up to 10 s for each published change.
+        cmd.env("GPUWATCH_CONFIG", fast_series_config());
+    }
     let mut child = cmd
         .args(extra)
         .env("GPUWATCH_NVML_LIB", fake_nvml_lib())
@@ -550,4 +555,84 @@ pub fn cuda_container(name: &str, env: &[(&str, &str)], extra: &[&str], job: &st
     args.extend(extra.iter().map(|s| s.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Container::start_with(name, &[], &args, &format!("exec /opt/cuda/cuda_job {job}"))
+}
+
+/// The CPU time the cgroup of `pid` has used so far, in microseconds: `usage_usec` of its
+/// `cpu.stat` on the unified hierarchy (`/sys/fs/cgroup/unified` on hybrid hosts) — the
+/// kernel's own figure, a reference independent of the agent.
+pub fn cgroup_cpu_usec(pid: u32) -> u64 {
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let path = cgroup
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .expect("a unified-hierarchy line in /proc/<pid>/cgroup");
+    let stat = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+        .iter()
+        .map(|root| format!("{root}{path}/cpu.stat"))
+        .find_map(|f| std::fs::read_to_string(f).ok())
+        .unwrap_or_else(|| panic!("no cpu.stat for {path}"));
+    stat.lines()
+        .find_map(|l| l.strip_prefix("usage_usec "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("usage_usec in cpu.stat")
+}
+
+/// The time the CPU quota has held the cgroup of `pid` back so far, in seconds: the cpu
+/// controller's `cpu.stat` (`throttled_time`, ns, on a v1 hierarchy; `throttled_usec` on v2).
+pub fn cgroup_throttled_seconds(pid: u32) -> f64 {
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    for line in cgroup.lines() {
+        let mut f = line.splitn(3, ':');
+        let (_, controllers, path) = (f.next(), f.next().unwrap_or(""), f.next().unwrap_or(""));
+        if controllers.split(',').any(|c| c == "cpu") {
+            let stat =
+                std::fs::read_to_string(format!("/sys/fs/cgroup/{controllers}{path}/cpu.stat"))
+                    .unwrap();
+            return stat
+                .lines()
+                .find_map(|l| l.strip_prefix("throttled_time "))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .expect("throttled_time in a v1 cpu.stat")
+                / 1e9;
+        }
+        if controllers.is_empty() && path.starts_with('/') {
+            if let Ok(stat) = std::fs::read_to_string(format!("/sys/fs/cgroup{path}/cpu.stat")) {
+                if let Some(usec) = stat.lines().find_map(|l| l.strip_prefix("throttled_usec ")) {
+                    return usec.trim().parse::<f64>().unwrap() / 1e6;
+                }
+            }
+        }
+    }
+    panic!("no cpu controller for pid {pid}: {cgroup}");
+}
+
+/// A configuration that fetches the GPU series every second (the default is 10 s): for tests
+/// that wait on what `serve` publishes.
+pub fn fast_series_config() -> PathBuf {
+    let path = std::env::temp_dir().join("gpuwatch-e2e-fast-series.yaml");
+    let text = "sources:\n  nvml_series_interval: 1s\n";
+    if std::fs::read_to_string(&path).ok().as_deref() != Some(text) {
+        let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+    }
+    path
+}
+
+/// Runs `cmd` under a limit of `n` open files, soft and hard (so it cannot raise its own).
+pub fn limit_open_files(cmd: &mut Command, n: u64) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setrlimit only, between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: n,
+                rlim_max: n,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
