@@ -12,6 +12,7 @@
 # records the host CPU they read). SCENARIOS picks some, SECONDS_EACH their length (24).
 # Exits 1 when a target is missed. Evidence in $OUT.
 set -uo pipefail
+. tests/gpu/gate.sh
 OUT=${OUT:-/tmp/gpuwatch-accuracy}
 BIN=${BIN:-.device}
 SECONDS_EACH=${SECONDS_EACH:-24}
@@ -46,4 +47,5 @@ done
 kill -INT $REC; wait $REC
 kill $STATS 2>/dev/null
 for s in $SCENARIOS; do rmdir "/sys/fs/cgroup/gw-acc-$s" 2>/dev/null; done
-python3 tests/gpu/score_accuracy.py "$OUT" $SCENARIOS
+gate accuracy python3 tests/gpu/score_accuracy.py "$OUT" $SCENARIOS
+gates_done

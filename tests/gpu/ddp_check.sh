@@ -7,6 +7,7 @@
 # driver's process list: `snapshot --json` (ranks, env) and `doctor --json` (ddp_ranks,
 # nccl_environment). Evidence to $OUT.
 set -uo pipefail
+. tests/gpu/gate.sh
 OUT=${OUT:-/tmp/gpuwatch-ddp}
 mkdir -p "$OUT"
 BIN=.device
@@ -24,7 +25,9 @@ done
 $BIN/gpuwatch snapshot --json --no-docker --window 2 > "$OUT/snapshot.json" 2> "$OUT/snapshot.err"
 $BIN/gpuwatch doctor --json --no-docker --window 3 > "$OUT/doctor.json" 2> "$OUT/doctor.err"
 echo "doctor exit: $?"
-python3 - "$OUT" <<'PY'
+# Targets: both ranks found with their own environments (LOCAL_RANK 0 and 1, WORLD_SIZE 2),
+# and doctor naming the NCCL interface that does not exist.
+gate ddp python3 - "$OUT" <<'PY'
 import json, sys
 out = sys.argv[1]
 s = json.load(open(f"{out}/snapshot.json"))
@@ -39,5 +42,11 @@ d = json.load(open(f"{out}/doctor.json"))
 for c in d["checks"]:
     if c["check"] in ("ddp_ranks", "cuda_visible_devices", "nccl_environment"):
         print(f"{c['check']}: {c['status']} | {c['subject']} | {c['value']}")
+ranks = w[0].get("ranks", []) if w else []
+local = sorted((r.get("env") or {}).get("local_rank") or "" for r in ranks)
+world = {(r.get("env") or {}).get("world_size") for r in ranks}
+nccl = [c for c in d["checks"] if c["check"] == "nccl_environment" and c["status"] != "ok"]
+sys.exit(0 if local == ["0", "1"] and world == {"2"} and nccl else 1)
 PY
 pkill -f torch_job.py 2>/dev/null; sleep 1; rmdir "$CG" 2>/dev/null
+gates_done

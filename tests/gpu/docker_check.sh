@@ -13,12 +13,28 @@
 #            SYS_ADMIN for BPF and PERFMON) and the host's NVML library and device nodes, beside
 #            a GPU container it must name.
 # STAGES picks some (default all); PER_MM gives the GPU time of one matmul when the lone stage,
-# which measures it, is left out. Evidence goes to $OUT.
+# which measures it, is left out. Evidence goes to $OUT. Each scored check is gated
+# (tests/gpu/gate.sh): busy within 5 pp of the device, a job's part within 10 pp of its own
+# GPU time, each verdict the one its job is; the script exits 1 on any miss.
 set -uo pipefail
 STAGES=${STAGES:-lone share spin loader shm}
 OUT=${OUT:-/tmp/gpuwatch-docker-check}
+. tests/gpu/gate.sh
 . tests/gpu/docker_jobs.sh
 python3 tests/gpu/util_recorder.py "$OUT/util.json" & REC=$!
+trap 'kill $REC 2>/dev/null' EXIT
+# verdict SNAPSHOT NAME KIND: the workload NAME's verdict in SNAPSHOT is KIND.
+verdict() {
+  python3 - "$@" <<'PY'
+import json, sys
+path, name, kind = sys.argv[1:4]
+s = json.load(open(path))
+w = next((w for w in s["workloads"] if w["name"] in (name, "/" + name)), None)
+got = (w or {}).get("verdict") or {}
+print(f"{name}: verdict {got.get('kind')} (want {kind}), busy {got.get('gpu_busy_fraction')}")
+sys.exit(0 if got.get("kind") == kind else 1)
+PY
+}
 loader_container() { # name truth-file: loader_job.py in a container, its disk reads throttled
   docker run -d --name "$1" --label com.docker.compose.service=loader -e PHASE_S="$PHASE_S" \
     --device-read-bps "$DISK:20mb" -v "$OUT:/out" $GPU_RUN \
@@ -42,7 +58,8 @@ $BIN/gpuwatch snapshot --json --window 3s > "$OUT/lone_snap.json" 2>> "$OUT/lone
 $BIN/gpuwatch snapshot --window 3s 2>&1 | tee "$OUT/lone_snap.txt"
 done_wait trainer.lone.json
 sleep 2
-python3 tests/gpu/compare_busy.py "$OUT/util.json" "$OUT/lone.csv"
+gate lone-busy python3 tests/gpu/compare_busy.py "$OUT/util.json" "$OUT/lone.csv"
+gate lone-verdict verdict "$OUT/lone_snap.json" gw-trainer GPU-bound
 fi
 
 if want share; then
@@ -67,7 +84,7 @@ print((marks[-1][0] - marks[0][0]) * busy / (marks[-1][1] - marks[0][1]))
 PY
 )
 echo "one 8192² bf16 matmul = $PER_MM s of GPU time (from the lone stage: device busy over matmuls done)"
-python3 tests/gpu/compare_busy.py "$OUT/util.json" "$OUT/share.csv" --per-matmul "$PER_MM" \
+gate share-split python3 tests/gpu/compare_busy.py "$OUT/util.json" "$OUT/share.csv" --per-matmul "$PER_MM" \
   --job "gw-trainer=$OUT/jobs/trainer.share.json" --job "gw-eval=$OUT/jobs/eval.share.json"
 python3 - "$OUT" <<'PY'
 import json, sys
@@ -89,6 +106,7 @@ echo "== spin: a single-thread kernel keeps the GPU busy and its SMs idle"
 cmd trainer "spin 1.0 14 spin"
 sleep 3
 $BIN/gpuwatch snapshot --json --window 6s > "$OUT/spin_snap.json" 2> "$OUT/spin.err"
+gate spin-verdict verdict "$OUT/spin_snap.json" gw-trainer "low SM activity"
 python3 - "$OUT" <<'PY'
 import json, sys
 out = sys.argv[1]
@@ -116,7 +134,7 @@ snap() {
 snap gpu_bound; snap io_bound; snap cpu_bound
 docker wait gw-loader > /dev/null
 docker logs gw-loader > "$OUT/loader.log" 2>&1
-python3 tests/gpu/compare_verdicts.py "$OUT" "docker:$LID" gpu_bound io_bound cpu_bound
+gate loader-verdicts python3 tests/gpu/compare_verdicts.py "$OUT" "docker:$LID" gpu_bound io_bound cpu_bound
 docker rm -f gw-loader > /dev/null
 fi
 if want adaptive; then
@@ -131,7 +149,7 @@ RECPID=$!
 docker wait gw-adaptive > /dev/null
 sleep 2; kill -INT $RECPID; wait $RECPID
 docker logs gw-adaptive > "$OUT/adaptive.log" 2>&1
-python3 tests/gpu/compare_record_verdicts.py "$OUT/adaptive.jsonl" "$OUT/adaptive_truth.json" "$OUT/adaptive.log" gw-adaptive
+gate adaptive-verdicts python3 tests/gpu/compare_record_verdicts.py "$OUT/adaptive.jsonl" "$OUT/adaptive_truth.json" "$OUT/adaptive.log" gw-adaptive
 docker rm -f gw-adaptive > /dev/null
 fi
 
@@ -153,19 +171,16 @@ done
 $BIN/gpuwatch doctor --window 5s > "$OUT/doctor_shm.txt" 2> "$OUT/doctor_shm.err"; echo "doctor exit $?"
 cat "$OUT/doctor_shm.txt"
 $BIN/gpuwatch doctor --json --window 5s > "$OUT/doctor_shm.json" 2>> "$OUT/doctor_shm.err"
-python3 - "$OUT" <<'PY'
+# The 8 MiB /dev/shm is a risk for its DataLoader workers; Docker's default 64 MiB with the
+# job's one worker batch is not flagged as one.
+gate shm python3 - "$OUT" <<'PY'
 import json, sys
 d = json.load(open(f"{sys.argv[1]}/doctor_shm.json"))
-def walk(x):
-    if isinstance(x, dict):
-        if x.get("check") == "container_shm" or x.get("name") == "container_shm":
-            print("container_shm:", json.dumps(x))
-        for v in x.values():
-            walk(v)
-    elif isinstance(x, list):
-        for v in x:
-            walk(v)
-walk(d)
+shm = {c["subject"]: c for c in d["checks"] if c["check"] == "container_shm"}
+for k, c in shm.items():
+    print(f"container_shm {k}: {c['status']} | {c['value']}")
+small = next((c for k, c in shm.items() if k.endswith("gw-shm-small")), None)
+sys.exit(0 if small and small["status"] != "ok" else 1)
 PY
 docker rm -f gw-shm-default gw-shm-small > /dev/null
 fi
@@ -188,9 +203,13 @@ docker run --rm --name gw-agent --pid=host --cgroupns=host --network none \
   -e LD_LIBRARY_PATH=/usr/local/nvidia/lib64 $NV \
   gpuwatch-agent:test snapshot --json --window 3s > "$OUT/agent_snap.json" 2> "$OUT/agent.err"
 echo "agent container exit $?"; tail -5 "$OUT/agent.err"
-python3 - "$OUT/agent_snap.json" <<'PY'
+gate agent python3 - "$OUT/agent_snap.json" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
+job = next((w for w in s["workloads"] if w["name"] in ("gw-job", "/gw-job")), None)
+ok = s["sources"]["nvml"]["up"] and s["sources"]["docker"]["up"] and job is not None \
+    and (job.get("container") or {}).get("compose_service") == "trainer" \
+    and (job["gpu"].get("busy_fraction") or 0) > 0.8
 print("sources:", {k: v.get("up") for k, v in s["sources"].items()})
 for g in s["gpus"]:
     print(f"GPU {g['index']}: busy {g.get('busy')}, processes {[(p.get('pid'), p.get('workload')) for p in g['processes']]}")
@@ -199,8 +218,9 @@ for w in s["workloads"]:
     v = w.get("verdict") or {}
     print(f"{w['kind']} {w['name']}: image {c.get('image')}, service {c.get('compose_service')}, "
           f"busy {w['gpu'].get('busy_fraction')}, verdict {v.get('kind')}")
+sys.exit(0 if ok else 1)
 PY
 done_wait job.agent.json
 docker rm -f gw-job > /dev/null 2>&1
 fi
-kill $REC
+gates_done

@@ -5,6 +5,7 @@
 # writes a row a second and energy_counter.py reads the driver's counter every 100 ms; then
 # score_energy.py. Exits 1 when the GPU's or the job's joules are more than 1 % off.
 set -uo pipefail
+. tests/gpu/gate.sh
 OUT=${OUT:-/tmp/gpuwatch-energy}
 BIN=${BIN:-.device}
 mkdir -p "$OUT/jobs"
@@ -28,4 +29,5 @@ echo quit > "$OUT/jobs/e.cmd"
 sleep 1
 kill $CTR
 rmdir "$CG" 2>/dev/null
-python3 tests/gpu/score_energy.py "$OUT" gw-energy
+gate energy python3 tests/gpu/score_energy.py "$OUT" gw-energy
+gates_done

@@ -4,6 +4,7 @@
 # one gpuwatch snapshot in the middle of each phase; the verdict and input-bound share compared
 # with the job's own data-wait fraction over the same window. Evidence goes to $OUT.
 set -uo pipefail
+. tests/gpu/gate.sh
 OUT=${OUT:-/tmp/gpuwatch-loader}
 mkdir -p "$OUT"
 BIN=.device
@@ -28,4 +29,5 @@ snap gpu_bound
 snap io_bound
 snap cpu_bound
 wait $JOB
-python3 tests/gpu/compare_verdicts.py "$OUT" cgroup:/gpuwatch-loader gpu_bound io_bound cpu_bound
+gate loader-verdicts python3 tests/gpu/compare_verdicts.py "$OUT" cgroup:/gpuwatch-loader gpu_bound io_bound cpu_bound
+gates_done

@@ -6,6 +6,7 @@
 # and no-new-privileges once started, the sources still up, and the job's GPU busy still read
 # through NVML 20 s after the drop. Evidence to $OUT.
 set -uo pipefail
+. tests/gpu/gate.sh
 OUT=${OUT:-/tmp/gpuwatch-privileges}
 mkdir -p "$OUT"
 BIN=.device
@@ -39,6 +40,29 @@ check() {  # $1: name, rest: command prefix
     metrics | grep -E '^gpuwatch_up|^gpuwatch_container_gpu_busy_ratio|^gpuwatch_internal_events_total\{event="nvml_call_failed"'
     grep -i "capabilit" "$OUT/$name.log"
   } 2>&1 | tee "$OUT/$name.txt"
+  # Targets: every thread with no-new-privileges, the HTTP threads with no capability, the
+  # others with the four at most (000000c000080004: BPF, PERFMON, SYS_PTRACE,
+  # DAC_READ_SEARCH), nobody's ids with --user; NVML and eBPF still up 20 s later.
+  gate "privileges-$name" python3 - "$OUT/$name.txt" "$name" <<'PY'
+import sys
+text, name = open(sys.argv[1]).read(), sys.argv[2]
+four = 0x000000c000080004
+threads, bad = text.split("== ")[1].splitlines()[1:], []
+for t in threads:
+    f = t.split()
+    if len(f) < 7:
+        continue
+    tname, uid, gid, eff, prm, _bnd, nnp = f[:7]
+    limit = 0 if tname == "gpuwatch-http" else four
+    if int(eff, 16) & ~limit or int(prm, 16) & ~limit or nnp != "1":
+        bad.append(t)
+    if name == "user" and (uid != "65534/65534/65534/65534" or gid != "65534/65534/65534/65534"):
+        bad.append(t)
+later = text.split("20 s later")[-1]
+up = all(f'gpuwatch_up{{source="{s}"}} 1' in later for s in ("nvml", "ebpf"))
+print(f"{name}: {len(threads)} threads, {len(bad)} over their set {bad}; nvml and ebpf up 20 s later: {up}")
+sys.exit(0 if threads and not bad and up else 1)
+PY
   kill $pid; wait $pid 2>/dev/null
 }
 want() { case " ${CHECKS:-root four user} " in *" $1 "*) return 0;; esac; return 1; }
@@ -47,3 +71,4 @@ want four && check four setpriv --bounding-set -all,+bpf,+perfmon,+sys_ptrace,+d
 want user && EXTRA="--user nobody" check user env
 kill $JOB 2>/dev/null; wait $JOB 2>/dev/null; pkill -f torch_job 2>/dev/null
 rmdir "$CG" 2>/dev/null || true  # still emptying: the job is gone either way
+gates_done
