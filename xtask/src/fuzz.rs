@@ -52,17 +52,28 @@ pub fn run(args: &Args) -> Result<()> {
             bail!("no fuzz target {t}: the targets are {}", TARGETS.join(", "));
         }
     }
-    say("building the targets (AddressSanitizer)");
+    let target_dir = build_dir()?;
+    say(&format!(
+        "building the targets (AddressSanitizer) in {}",
+        target_dir.display()
+    ));
     run_cmd(
         Command::new("cargo")
             .arg(format!("+{nightly}"))
-            .args(["fuzz", "build", "--fuzz-dir", "tests/fuzz"])
+            .args(["fuzz", "build", "--fuzz-dir", "tests/fuzz", "--target-dir"])
+            .arg(&target_dir)
             .current_dir(&root),
         "cargo fuzz build",
     )?;
     let mut outcomes = Vec::new();
     for target in &targets {
-        outcomes.push(run_target(&root, &nightly, target, args.seconds)?);
+        outcomes.push(run_target(
+            &root,
+            &nightly,
+            &target_dir,
+            target,
+            args.seconds,
+        )?);
     }
     println!(
         "{:<12} {:>12} {:>9} {:>8}  result",
@@ -89,7 +100,28 @@ pub fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
-fn run_target(root: &Path, nightly: &str, target: &str, seconds: u64) -> Result<Outcome> {
+/// Where the instrumented build goes: outside the clone (`GPUWATCH_FUZZ_TARGET_DIR`, else
+/// `~/.cache/gpuwatch/fuzz-target`), so a fresh clone on the same machine rebuilds only what
+/// changed, not every dependency with AddressSanitizer (the smoke's build was most of its time).
+fn build_dir() -> Result<std::path::PathBuf> {
+    let dir = match std::env::var_os("GPUWATCH_FUZZ_TARGET_DIR") {
+        Some(d) => std::path::PathBuf::from(d),
+        None => {
+            let home = std::env::var_os("HOME").context("HOME is not set")?;
+            Path::new(&home).join(".cache/gpuwatch/fuzz-target")
+        }
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+fn run_target(
+    root: &Path,
+    nightly: &str,
+    target_dir: &Path,
+    target: &str,
+    seconds: u64,
+) -> Result<Outcome> {
     let corpus = root.join("target/fuzz-corpus").join(target);
     let artifacts = root.join("target/fuzz-artifacts").join(target);
     std::fs::create_dir_all(&corpus)?;
@@ -98,7 +130,9 @@ fn run_target(root: &Path, nightly: &str, target: &str, seconds: u64) -> Result<
     say(&format!("{target}: {seconds} s"));
     let out = Command::new("cargo")
         .arg(format!("+{nightly}"))
-        .args(["fuzz", "run", "--fuzz-dir", "tests/fuzz", target])
+        .args(["fuzz", "run", "--fuzz-dir", "tests/fuzz", "--target-dir"])
+        .arg(target_dir)
+        .arg(target)
         .arg(&corpus)
         .arg("--")
         .arg(format!("-max_total_time={seconds}"))

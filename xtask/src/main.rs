@@ -3,9 +3,11 @@
 //! `setup` installs, idempotently, everything the build and the tests need on a fresh Debian
 //! machine; `test` and `run` call it first, so each of the README's two commands works alone.
 mod bench_vs_nvitop;
+mod deb;
 mod demo;
 mod fake_agent;
 mod fuzz;
+mod glibc_tools;
 mod gpu_bundle;
 mod image;
 mod release;

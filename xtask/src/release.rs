@@ -1,9 +1,15 @@
 //! `cargo xtask release`: the tarball an operator installs from — the stripped binary, the
 //! systemd unit, the example config, the Grafana dashboard, the Prometheus rules, the man pages,
 //! the shell completions, the docs, the README and the licences — with the oldest glibc the
-//! binary runs on, read from the symbol versions it needs, written beside it and said.
+//! binary runs on, read from the symbol versions it needs, written beside it and said; and the
+//! Debian package of the same files ([`crate::deb`]).
+//!
+//! The binary is linked against glibc [`GLIBC_FLOOR`] (cargo-zigbuild), not the build host's:
+//! GPU hosts often run RHEL/Rocky 8 (2.28), Debian 11 or Ubuntu 20.04 (2.31), and a build on
+//! Debian 12 needed 2.34. NVML is opened with `dlopen`, so a static musl build is no answer. A
+//! binary that needs a newer version than the floor fails the release.
 use crate::setup::run_cmd;
-use crate::{cargo, workspace_root};
+use crate::workspace_root;
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::process::Command;
@@ -37,9 +43,32 @@ fn say(msg: &str) {
     eprintln!("[release] {msg}");
 }
 
+/// The oldest glibc the release binary runs on.
+pub const GLIBC_FLOOR: &str = "2.28";
+
 pub fn run() -> Result<()> {
     let root = workspace_root();
-    cargo(&["build", "--release", "-p", "gpuwatch"])?;
+    let zig_dir = crate::glibc_tools::ensure()?;
+    let triple = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
+    let target = format!("{triple}.{GLIBC_FLOOR}");
+    let path = std::env::join_paths(std::iter::once(zig_dir).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))?;
+    say(&format!("building for glibc {GLIBC_FLOOR} ({target})"));
+    run_cmd(
+        Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()))
+            .args([
+                "zigbuild",
+                "--release",
+                "-p",
+                "gpuwatch",
+                "--target",
+                &target,
+            ])
+            .env("PATH", path)
+            .current_dir(&root),
+        "cargo zigbuild",
+    )?;
     let name = format!(
         "gpuwatch-{}-{}-linux-gnu",
         env!("CARGO_PKG_VERSION"),
@@ -56,7 +85,7 @@ pub fn run() -> Result<()> {
         Command::new("strip")
             .arg("-o")
             .arg(&binary)
-            .arg(root.join("target/release/gpuwatch")),
+            .arg(root.join("target").join(&triple).join("release/gpuwatch")),
         "strip gpuwatch",
     )?;
     for (from, to) in FILES {
@@ -71,6 +100,9 @@ pub fn run() -> Result<()> {
     }
     generated(&binary, &stage)?;
     let floor = glibc_floor(&binary)?;
+    if version_key(&floor) > version_key(GLIBC_FLOOR) {
+        bail!("the release binary needs glibc {floor}, newer than its floor {GLIBC_FLOOR}");
+    }
     std::fs::write(
         stage.join("GLIBC"),
         format!(
@@ -91,6 +123,8 @@ pub fn run() -> Result<()> {
         "{} (needs glibc {floor} or newer)",
         tarball.display()
     ));
+    let deb = crate::deb::build(&stage, &dist, GLIBC_FLOOR)?;
+    say(&deb.display().to_string());
     Ok(())
 }
 
@@ -140,15 +174,17 @@ fn glibc_floor(binary: &Path) -> Result<String> {
         .with_context(|| format!("{} needs no GLIBC_ symbol version", binary.display()))
 }
 
+/// A version's numbers, to compare as numbers ("2.9" < "2.28"); `None` if one is not a number.
+fn version_key(v: &str) -> Option<Vec<u32>> {
+    v.split('.').map(|p| p.parse().ok()).collect()
+}
+
 /// Parses `objdump -T` output for the newest `GLIBC_` version named.
 fn newest_glibc(objdump: &str) -> Option<String> {
     objdump
         .split_whitespace()
         .filter_map(|word| word.trim_matches(['(', ')']).strip_prefix("GLIBC_"))
-        .filter_map(|v| {
-            let parts: Option<Vec<u32>> = v.split('.').map(|p| p.parse().ok()).collect();
-            parts.map(|p| (p, v.to_owned()))
-        })
+        .filter_map(|v| version_key(v).map(|p| (p, v.to_owned())))
         .max_by(|a, b| a.0.cmp(&b.0))
         .map(|(_, v)| v)
 }
