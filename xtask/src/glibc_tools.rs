@@ -2,7 +2,7 @@
 //! version) and cargo-zigbuild (which hands cargo's link step to it). zig comes from PyPI's
 //! `ziglang` wheel, the one package registry these machines reach that ships it; the wheel is
 //! pinned by its SHA-256.
-use crate::setup::{apt_install, run_cmd};
+use crate::setup::{debian_packages, run_cmd, sha256_of};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -37,19 +37,7 @@ fn zig() -> Result<PathBuf> {
         say(&format!("zig {ZIG_VERSION}: present"));
         return Ok(zig_dir);
     }
-    for (cmd, package) in [
-        ("curl", "curl"),
-        ("unzip", "unzip"),
-        ("sha256sum", "coreutils"),
-    ] {
-        if Command::new("sh")
-            .args(["-c", &format!("command -v {cmd} >/dev/null")])
-            .status()
-            .map_or(true, |s| !s.success())
-        {
-            apt_install(&[package])?;
-        }
-    }
+    debian_packages("curl, unzip", &[("curl", "curl"), ("unzip", "unzip")])?;
     say(&format!(
         "fetching zig {ZIG_VERSION} (PyPI's ziglang wheel)"
     ));
@@ -62,12 +50,8 @@ fn zig() -> Result<PathBuf> {
             .arg(ZIG_WHEEL),
         "downloading the ziglang wheel",
     )?;
-    let sum = Command::new("sha256sum")
-        .arg(&wheel)
-        .output()
-        .context("running sha256sum")?;
-    let got = String::from_utf8_lossy(&sum.stdout);
-    if got.split_whitespace().next() != Some(ZIG_WHEEL_SHA256) {
+    let got = sha256_of(&wheel)?;
+    if got != ZIG_WHEEL_SHA256 {
         let _ = std::fs::remove_file(&wheel);
         bail!("the ziglang wheel's SHA-256 is {got}, not {ZIG_WHEEL_SHA256}");
     }

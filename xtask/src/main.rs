@@ -9,6 +9,7 @@ mod fake_agent;
 mod fuzz;
 mod glibc_tools;
 mod gpu_bundle;
+mod helm_tool;
 mod image;
 mod release;
 mod setup;
@@ -31,7 +32,7 @@ struct Cli {
 enum Task {
     /// Install what building and running gpuwatch needs (the pinned toolchains, bpf-linker, a C
     /// compiler, tracefs); with `--test`, also what the tests need (Docker, started; busybox,
-    /// Prometheus, tmux, kubectl, VictoriaMetrics, Podman). Safe to run again.
+    /// Prometheus, tmux, kubectl, Helm, VictoriaMetrics, Podman). Safe to run again.
     Setup {
         #[arg(long)]
         test: bool,

@@ -14,7 +14,7 @@ pub enum Purpose {
     /// Building and running gpuwatch: the toolchains, bpf-linker, a C compiler, tracefs.
     Run,
     /// Also the tests' own dependencies: Docker (installed and started), busybox-static,
-    /// Prometheus, tmux, kubectl, VictoriaMetrics.
+    /// Prometheus, tmux, kubectl, Helm, VictoriaMetrics.
     Test,
 }
 
@@ -26,6 +26,7 @@ pub fn run(purpose: Purpose) -> Result<()> {
     tracefs()?;
     if purpose == Purpose::Test {
         debian_packages("test dependencies", TEST_PACKAGES)?;
+        crate::helm_tool::ensure()?;
         dockerd()?;
     }
     say("ready");
@@ -54,7 +55,9 @@ const BUILD_PACKAGES: &[(&str, &str)] = &[("cc", "gcc"), ("pkg-config", "pkg-con
 /// test image; Prometheus (and its promtool) to scrape `gpuwatch serve` and check deploy/'s
 /// rules; tmux to drive `gpuwatch top`; kubectl to render deploy/kubernetes; VictoriaMetrics
 /// for the fleet test's remote_write; Podman, whose Docker-compatible service the agent must
-/// name as Podman; headless Chromium to load `serve`'s web page as a browser does.
+/// name as Podman; headless Chromium to load `serve`'s web page as a browser does; containerd
+/// (and its `ctr`) to run a task as Kubernetes' CRI plugin does; Compose v1 (`docker-compose`)
+/// to start the agent from deploy/compose.docker20.yaml.
 const TEST_PACKAGES: &[(&str, &str)] = &[
     ("dockerd", "docker.io"),
     ("busybox", "busybox-static"),
@@ -65,6 +68,9 @@ const TEST_PACKAGES: &[(&str, &str)] = &[
     ("victoria-metrics", "victoria-metrics"),
     ("podman", "podman"),
     ("chromium-headless-shell", "chromium-headless-shell"),
+    ("containerd", "containerd"),
+    ("ctr", "containerd"),
+    ("docker-compose", "docker-compose"),
 ];
 
 fn say(msg: &str) {
@@ -247,7 +253,7 @@ fn bpf_linker() -> Result<()> {
     )
 }
 
-fn debian_packages(what: &str, wanted: &[(&str, &str)]) -> Result<()> {
+pub(crate) fn debian_packages(what: &str, wanted: &[(&str, &str)]) -> Result<()> {
     let mut missing: Vec<&str> = wanted
         .iter()
         .filter(|(bin, _)| output("sh", &["-c", &format!("command -v {bin}")]).is_none())
@@ -266,6 +272,22 @@ fn debian_packages(what: &str, wanted: &[(&str, &str)]) -> Result<()> {
     }
     say(&format!("installing {} with apt-get", missing.join(", ")));
     apt_install(&missing)
+}
+
+/// The SHA-256 of a file, in hex.
+pub(crate) fn sha256_of(file: &Path) -> Result<String> {
+    let out = Command::new("sha256sum")
+        .arg(file)
+        .output()
+        .context("running sha256sum")?;
+    if !out.status.success() {
+        bail!("sha256sum {} failed", file.display());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_owned())
 }
 
 /// `apt-get update`, then an install of `packages` without recommends (root).
