@@ -226,15 +226,21 @@ fn the_dashboard_selects_and_names_the_host() {
 /// The settings of deploy/compose.yaml's `gpuwatch` service, as `docker run` words (sorted), so
 /// the README's line, compose and the DaemonSet can be held to one set.
 fn compose_settings() -> Vec<String> {
-    let text = std::fs::read_to_string(root().join("deploy/compose.yaml")).unwrap();
+    compose_file_settings("deploy/compose.yaml")
+}
+
+fn compose_file_settings(file: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(root().join(file)).unwrap();
     let compose: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
     let s = &compose["services"]["gpuwatch"];
     let text_of = |v: &serde_json::Value| v.as_str().unwrap().to_owned();
     let mut words = vec![
         format!("--pid={}", text_of(&s["pid"])),
-        format!("--cgroupns={}", text_of(&s["cgroup"])),
         format!("--network={}", text_of(&s["network_mode"])),
     ];
+    if let Some(ns) = s.get("cgroup") {
+        words.push(format!("--cgroupns={}", text_of(ns)));
+    }
     if s["read_only"] == true {
         words.push("--read-only".into());
     }
@@ -290,6 +296,16 @@ fn the_readme_docker_lines_are_the_compose_service() {
     };
     assert_eq!(flags_of(&lines[0]), current, "README: {}", lines[0]);
     assert_eq!(flags_of(&lines[1]), old_docker, "README: {}", lines[1]);
+    // The compose file for Docker 20.10 and Compose v1 is the README's second line but for the
+    // cgroup namespace, which Compose v1 cannot set.
+    let docker20: Vec<String> = old_docker
+        .into_iter()
+        .filter(|w| w != "--cgroupns=host")
+        .collect();
+    assert_eq!(
+        compose_file_settings("deploy/compose.docker20.yaml"),
+        docker20
+    );
 }
 
 /// A `docker run -d` line's flags as `--flag=value` words, sorted; it must end at the image.
@@ -324,33 +340,67 @@ fn flags_of(line: &str) -> Vec<String> {
     flags
 }
 
-/// deploy/kubernetes renders with `kubectl kustomize` (offline) into a DaemonSet that carries
-/// what the image needs: the host's PID namespace, eBPF's capabilities and nothing else, a
-/// read-only root, /sys and the Docker socket read-only, the readiness endpoint, and a Service
-/// and ServiceMonitor that select its pods.
-#[test]
-fn the_kubernetes_manifests_render_and_carry_what_the_image_needs() {
+/// deploy/kubernetes rendered with `kubectl kustomize` (offline), one value per document.
+fn kustomize_docs() -> Vec<serde_json::Value> {
     let out = Command::new("kubectl")
         .arg("kustomize")
         .arg(root().join("deploy/kubernetes"))
         .output()
         .expect("kubectl (Debian's kubernetes-client; `cargo xtask setup --test` installs it)");
-    let rendered = String::from_utf8_lossy(&out.stdout);
+    yaml_documents(&out)
+}
+
+/// deploy/helm/gpuwatch rendered by Helm's own engine (`helm template`, release `gpuwatch` in
+/// namespace `gpuwatch`), with `--set` values.
+fn helm_docs(sets: &[&str]) -> Vec<serde_json::Value> {
+    let mut cmd = Command::new("helm");
+    cmd.args(["template", "gpuwatch"])
+        .arg(root().join("deploy/helm/gpuwatch"))
+        .args(["--namespace", "gpuwatch"]);
+    for set in sets {
+        cmd.args(["--set", set]);
+    }
+    let out = cmd
+        .output()
+        .expect("helm (`cargo xtask setup --test` installs the pinned release)");
+    yaml_documents(&out)
+}
+
+fn yaml_documents(out: &std::process::Output) -> Vec<serde_json::Value> {
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let docs: Vec<serde_json::Value> = rendered
+    String::from_utf8_lossy(&out.stdout)
         .split("\n---\n")
-        .map(|d| serde_saphyr::from_str(d).unwrap())
-        .collect();
-    let kind = |k: &str| {
-        docs.iter()
-            .find(|d| d["kind"] == k)
-            .unwrap_or_else(|| panic!("no {k} in:\n{rendered}"))
-    };
-    let ds = kind("DaemonSet");
+        .map(|d| serde_saphyr::from_str::<serde_json::Value>(d).unwrap())
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+/// The agent's version, from its manifest.
+fn gpuwatch_version() -> String {
+    let manifest = std::fs::read_to_string(root().join("monitor/Cargo.toml")).unwrap();
+    manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("version = "))
+        .map(|v| v.trim_matches('"').to_owned())
+        .expect("a version in monitor/Cargo.toml")
+}
+
+fn of_kind<'a>(docs: &'a [serde_json::Value], kind: &str) -> &'a serde_json::Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} in {docs:#?}"))
+}
+
+/// What the image needs, in rendered manifests: the host's PID namespace, eBPF's capabilities
+/// (compose's) and nothing else, a read-only root, /sys, the Docker socket and containerd's task
+/// specs read-only, the readiness and liveness endpoints, and a Service and ServiceMonitor that
+/// select its pods.
+fn check_what_the_image_needs(docs: &[serde_json::Value]) {
+    let ds = of_kind(docs, "DaemonSet");
     assert_eq!(ds["metadata"]["namespace"], "gpuwatch");
     let pod = &ds["spec"]["template"]["spec"];
     assert_eq!(pod["hostPID"], true, "GPU processes are found by host PID");
@@ -366,7 +416,11 @@ fn the_kubernetes_manifests_render_and_carry_what_the_image_needs() {
     assert_eq!(sc["capabilities"]["add"], serde_json::json!(compose_caps));
     assert_ne!(sc["privileged"], true);
     let mounts = c["volumeMounts"].as_array().unwrap();
-    for path in ["/sys", "/var/run/docker.sock"] {
+    for path in [
+        "/sys",
+        "/var/run/docker.sock",
+        "/run/containerd/io.containerd.runtime.v2.task",
+    ] {
         let mount = mounts
             .iter()
             .find(|m| m["mountPath"] == path)
@@ -385,11 +439,11 @@ fn the_kubernetes_manifests_render_and_carry_what_the_image_needs() {
     assert_eq!(c["ports"][0]["containerPort"], 9879);
     assert!(c["resources"]["requests"]["memory"].is_string());
     let pod_labels = &ds["spec"]["template"]["metadata"]["labels"];
-    let service = kind("Service");
+    let service = of_kind(docs, "Service");
     for (k, v) in service["spec"]["selector"].as_object().unwrap() {
         assert_eq!(&pod_labels[k], v, "the Service selects the pods");
     }
-    let monitor = kind("ServiceMonitor");
+    let monitor = of_kind(docs, "ServiceMonitor");
     for (k, v) in monitor["spec"]["selector"]["matchLabels"]
         .as_object()
         .unwrap()
@@ -403,6 +457,143 @@ fn the_kubernetes_manifests_render_and_carry_what_the_image_needs() {
         monitor["spec"]["endpoints"][0]["port"],
         service["spec"]["ports"][0]["name"]
     );
+}
+
+#[test]
+fn the_kubernetes_manifests_render_and_carry_what_the_image_needs() {
+    check_what_the_image_needs(&kustomize_docs());
+}
+
+/// The Helm chart, rendered by Helm with its defaults, carries what the image needs and deploys
+/// what the kustomize manifests deploy: the same pod (namespaces, image, arguments,
+/// capabilities, mounts, probes, resources, placement), the same Service ports and the same
+/// scrape. Only the labels Helm adds to name the release differ.
+#[test]
+fn the_helm_chart_renders_what_the_kustomize_manifests_deploy() {
+    let helm = helm_docs(&[]);
+    check_what_the_image_needs(&helm);
+    let kustomize = kustomize_docs();
+    let pod =
+        |docs: &[serde_json::Value]| of_kind(docs, "DaemonSet")["spec"]["template"]["spec"].clone();
+    assert_eq!(pod(&helm), pod(&kustomize));
+    for (kind, field) in [("Service", "ports"), ("ServiceMonitor", "endpoints")] {
+        assert_eq!(
+            of_kind(&helm, kind)["spec"][field],
+            of_kind(&kustomize, kind)["spec"][field],
+            "{kind}"
+        );
+    }
+    for kind in ["DaemonSet", "Service", "ServiceMonitor"] {
+        assert_eq!(
+            of_kind(&helm, kind)["metadata"]["name"],
+            "gpuwatch",
+            "{kind}"
+        );
+    }
+    // The chart is released with the agent: its version and appVersion are the agent's.
+    let chart = std::fs::read_to_string(root().join("deploy/helm/gpuwatch/Chart.yaml")).unwrap();
+    let chart: serde_json::Value = serde_saphyr::from_str(&chart).unwrap();
+    let agent = gpuwatch_version();
+    assert_eq!(chart["version"], agent);
+    assert_eq!(chart["appVersion"], agent);
+}
+
+/// The chart's values do what values.yaml says: a web configuration Secret is mounted and
+/// passed to `serve` (and the probes turn to HTTPS), a `config` becomes a ConfigMap the agent
+/// reads, a node without Docker drops the socket, and the image, placement and the
+/// ServiceMonitor follow their values.
+#[test]
+fn the_helm_charts_values_reach_the_pod() {
+    let docs = helm_docs(&[
+        "webConfig.secretName=gpuwatch-web",
+        "config.interval=2s",
+        "dockerSocket.enabled=false",
+        "image.repository=registry.example/gpuwatch",
+        "image.tag=0.1.0",
+        "nodeSelector.gpu=yes",
+        "serviceMonitor.enabled=false",
+    ]);
+    let ds = of_kind(&docs, "DaemonSet");
+    let pod = &ds["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    assert_eq!(c["image"], "registry.example/gpuwatch:0.1.0");
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let after = |flag: &str| {
+        args.iter()
+            .position(|a| *a == flag)
+            .map(|i| args[i + 1])
+            .unwrap_or_else(|| panic!("no {flag} in {args:?}"))
+    };
+    let mount_of = |name: &str| {
+        c["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .unwrap_or_else(|| panic!("no mount {name}"))
+            .clone()
+    };
+    let volume_of = |name: &str| {
+        pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == name)
+            .unwrap_or_else(|| panic!("no volume {name}"))
+            .clone()
+    };
+    let web = after("--web.config.file");
+    assert!(
+        web.starts_with(mount_of("web-config")["mountPath"].as_str().unwrap()),
+        "{web}"
+    );
+    assert_eq!(
+        volume_of("web-config")["secret"]["secretName"],
+        "gpuwatch-web"
+    );
+    for probe in ["readinessProbe", "livenessProbe"] {
+        assert_eq!(c[probe]["httpGet"]["scheme"], "HTTPS", "{probe}");
+    }
+    assert_eq!(after("--config"), mount_of("config")["mountPath"]);
+    let config_map = of_kind(&docs, "ConfigMap");
+    assert_eq!(
+        volume_of("config")["configMap"]["name"],
+        config_map["metadata"]["name"]
+    );
+    let config: serde_json::Value =
+        serde_saphyr::from_str(config_map["data"]["gpuwatch.yaml"].as_str().unwrap()).unwrap();
+    assert_eq!(config, serde_json::json!({"interval": "2s"}));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gpuwatch.yaml");
+    std::fs::write(&file, config_map["data"]["gpuwatch.yaml"].as_str().unwrap()).unwrap();
+    let check = Command::new(support::gpuwatch_bin())
+        .arg("check-config")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "the agent reads the chart's ConfigMap: {}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert!(
+        !c["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["mountPath"] == "/var/run/docker.sock"),
+        "no Docker socket on a node without Docker"
+    );
+    assert_eq!(
+        pod["nodeSelector"],
+        serde_json::json!({"gpu": "yes", "nvidia.com/gpu.present": "true"})
+    );
+    assert!(docs.iter().all(|d| d["kind"] != "ServiceMonitor"));
 }
 
 /// The shipped Prometheus rules restate the agent's own alert rules for setups that alert from
