@@ -65,6 +65,7 @@ internal_events! {
     NotificationRateLimited => "notification_rate_limited", warn;
     SourceHung => "source_hung", error;
     CgroupLookalike => "cgroup_lookalike", warn;
+    CriSpecUnreadable => "cri_spec_unreadable", warn;
 }
 
 /// Counters of [`InternalEvent`]s, shared by all sources.

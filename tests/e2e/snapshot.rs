@@ -6,6 +6,8 @@ use serde_json::{json, Value};
 use std::time::Instant;
 use support::*;
 
+mod containerd;
+
 /// A loader-like busy loop: short sleeps make the scheduler switch it out constantly.
 const BUSY: &str = "while :; do i=0; while [ $i -lt 200 ]; do i=$((i+1)); done; sleep 0.01; done";
 

@@ -309,6 +309,7 @@ impl SourceArgs {
                 }),
                 probes: src.ebpf,
                 proc_root: src.proc_root.clone(),
+                cri_tasks: src.containerd_tasks.clone(),
                 series_interval: src.nvml_series_interval,
                 io_tracing: src.read_tracing,
                 cuda_tracing: src.cuda_tracing,

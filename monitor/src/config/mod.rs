@@ -64,6 +64,9 @@ pub struct SourcesConfig {
     pub nvml_driver_list: Option<PathBuf>,
     pub docker: bool,
     pub docker_socket: PathBuf,
+    /// containerd's running tasks, whose specs name the pods of containerd nodes; `null` turns
+    /// it off.
+    pub containerd_tasks: Option<PathBuf>,
     pub ebpf: bool,
     pub proc_root: PathBuf,
     /// How often the GPU utilisation series, GPM and the shared GPUs' per-process split are
@@ -87,6 +90,7 @@ impl Default for SourcesConfig {
             nvml_driver_list: None,
             docker: true,
             docker_socket: PathBuf::from("/var/run/docker.sock"),
+            containerd_tasks: Some(PathBuf::from(crate::sources::containerd::DEFAULT_TASK_DIR)),
             ebpf: true,
             proc_root: PathBuf::from("/proc"),
             nvml_series_interval: crate::sampler::DEFAULT_SERIES_INTERVAL,

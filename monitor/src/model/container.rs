@@ -1,4 +1,4 @@
-//! What the Docker source knows of a running container.
+//! What the container sources (Docker, containerd) know of a running container.
 use super::gpu_claim::GpuClaim;
 use super::workload::{WorkloadId, WorkloadKind};
 use serde::Serialize;
@@ -64,6 +64,8 @@ pub enum Engine {
     Docker,
     /// Podman's Docker-compatible service (`podman system service`).
     Podman,
+    /// containerd's CRI plugin (Kubernetes nodes without Docker): named from its tasks' specs.
+    Containerd,
 }
 
 impl Engine {
@@ -72,6 +74,7 @@ impl Engine {
         match self {
             Self::Docker => WorkloadKind::Docker,
             Self::Podman => WorkloadKind::Podman,
+            Self::Containerd => WorkloadKind::Kubernetes,
         }
     }
 }

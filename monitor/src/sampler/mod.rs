@@ -29,6 +29,7 @@ use crate::model::{
     CpuUsage, Gpu, GpuProcess, HostInfo, MemoryUsage, Pressure, PressureTotals, ProcessCpu,
     Snapshot, SourceState, Sources, Workload, WorkloadGpu, WorkloadGpuShare, SCHEMA_VERSION,
 };
+use crate::sources::containerd::CriTasks;
 use crate::sources::docker::DockerCache;
 use crate::sources::gpu::{GpuSource, GpuSourceConfig};
 use attribution::{read_process, AttributionError, PidMap, PidSet, ProcessTable};
@@ -62,6 +63,9 @@ pub struct SamplerConfig {
     pub io_tracing: io_tracing::IoTracingConfig,
     /// When the CUDA driver probes are attached.
     pub cuda_tracing: cuda::CudaTracingConfig,
+    /// containerd's running tasks (`io.containerd.runtime.v2.task`), to name the pods of
+    /// containerd nodes; `None` turns it off.
+    pub cri_tasks: Option<PathBuf>,
 }
 
 /// Why a blkio-throttled container's `stalls.disk` misses requests. The throttle queues the
@@ -84,6 +88,7 @@ impl Default for SamplerConfig {
             gpu: Some(GpuSourceConfig::default()),
             probes: true,
             proc_root: PathBuf::from("/proc"),
+            cri_tasks: Some(PathBuf::from(crate::sources::containerd::DEFAULT_TASK_DIR)),
             revalidate_rounds: 30,
             series_interval: DEFAULT_SERIES_INTERVAL,
             io_tracing: io_tracing::IoTracingConfig::default(),
@@ -104,6 +109,8 @@ pub struct Sampler {
     host: HostInfo,
     gpu: Result<GpuSource, String>,
     docker: Option<Arc<DockerCache>>,
+    /// Names the pods of containerd nodes, where no Docker lists them.
+    cri: Option<CriTasks>,
     stalls: Stalls,
     /// The CUDA driver probes.
     cuda: cuda::CudaTracing,
@@ -179,6 +186,7 @@ impl Sampler {
             host,
             gpu,
             docker,
+            cri: config.cri_tasks.as_ref().map(CriTasks::new),
             stalls,
             cuda,
             processes: ProcessTable::new(&config.proc_root, config.revalidate_rounds),
@@ -392,6 +400,7 @@ impl Sampler {
         let mut workloads = self.workloads(&docker_state);
         self.add_ended(&mut workloads, &gpus);
         let gpu_pids = join_gpu_holders(&mut workloads, &gpus, |id| self.unverified_container(id));
+        self.name_cri_containers(&mut workloads);
         for w in workloads.values_mut() {
             w.ranks = self.rank_envs.ranks(w, &gpus);
         }
@@ -671,6 +680,31 @@ impl Sampler {
                 docker
             }
         }
+    }
+
+    /// The Kubernetes workloads no Docker described (a containerd node's pods), named from
+    /// containerd's task specs.
+    fn name_cri_containers(&mut self, workloads: &mut BTreeMap<WorkloadId, Workload>) {
+        let Some(cri) = &mut self.cri else { return };
+        for (id, w) in workloads
+            .iter_mut()
+            .filter(|(id, w)| id.kind == WorkloadKind::Kubernetes && w.container.is_none())
+        {
+            match cri.container(id) {
+                Ok(Some(c)) => {
+                    w.name = c.name.clone();
+                    w.container = Some(c);
+                    w.container_unverified = None;
+                }
+                Ok(None) => {}
+                Err(e) => self.events.emit(InternalEvent::CriSpecUnreadable, e),
+            }
+        }
+        let live: HashSet<&str> = workloads
+            .keys()
+            .filter_map(|id| id.container_id())
+            .collect();
+        cri.retain(|id| live.contains(id));
     }
 
     /// Why a Docker workload the cache does not hold is still running: Docker lists it, but

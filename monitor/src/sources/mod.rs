@@ -1,5 +1,6 @@
 //! Data sources. Each is independent and degrades alone: no NVML still lists containers, no
 //! Docker still attributes by cgroup, no eBPF still reports GPU-side data.
+pub mod containerd;
 pub mod cuda_probe;
 pub mod docker;
 pub mod gpu;
