@@ -15,17 +15,20 @@ const BASE: &str = "debian:bookworm-slim";
 /// `docker run` capabilities for eBPF: Debian 12's Docker 20.10 does not know BPF or PERFMON
 /// ("invalid CapAdd: unknown capability"); SYS_ADMIN implies both there.
 fn ebpf_caps() -> Vec<&'static str> {
-    let version = docker(&["version", "--format", "{{.Server.Version}}"]);
-    let major: u32 = version
-        .split('.')
-        .next()
-        .and_then(|m| m.parse().ok())
-        .unwrap_or(0);
-    if major >= 23 {
+    if docker_major() >= 23 {
         vec!["--cap-add", "BPF", "--cap-add", "PERFMON"]
     } else {
         vec!["--cap-add", "SYS_ADMIN"]
     }
+}
+
+fn docker_major() -> u32 {
+    let version = docker(&["version", "--format", "{{.Server.Version}}"]);
+    version
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Builds deploy/Dockerfile on this test's gpuwatch binary; removed on drop.
@@ -43,7 +46,10 @@ impl Image {
         );
         let context = tempfile::tempdir().unwrap();
         std::fs::copy(support::gpuwatch_bin(), context.path().join("gpuwatch")).unwrap();
-        let tag = format!("gpuwatch-e2e:{}", std::process::id());
+        // One tag per build: the tests run side by side, and each removes its own.
+        static BUILDS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tag = format!("gpuwatch-e2e:{}-{n}", std::process::id());
         let dockerfile = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/Dockerfile");
         docker(&[
             "build",
@@ -142,25 +148,8 @@ fn the_agent_runs_as_a_container_with_the_minimal_line() {
     let agent = docker(&args.iter().map(String::as_str).collect::<Vec<_>>());
     let _remove = Removed(agent.clone());
 
-    let url = format!("http://127.0.0.1:{port}/metrics");
-    let started = Instant::now();
     let want = format!("container_name=\"{}\"", trainer.name);
-    let metrics = loop {
-        let body = ureq::get(&url)
-            .call()
-            .ok()
-            .and_then(|mut r| r.body_mut().read_to_string().ok());
-        if let Some(b) = body.filter(|b| b.contains(&want)) {
-            break b;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no series for {} after 60 s; the agent's log:\n{}",
-            trainer.name,
-            logs(&agent)
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    };
+    let metrics = metrics_naming(port, &want, &agent);
     let line = metrics
         .lines()
         .find(|l| l.starts_with("gpuwatch_container_gpu_memory_bytes{") && l.contains(&want))
@@ -189,6 +178,151 @@ fn the_agent_runs_as_a_container_with_the_minimal_line() {
             "{source} not up in the container; the agent's log:\n{}",
             logs(&agent)
         );
+    }
+}
+
+/// `/metrics` once it names `want` (a minute at most; the agent's log otherwise).
+fn metrics_naming(port: u16, want: &str, agent: &str) -> String {
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let started = Instant::now();
+    loop {
+        let body = ureq::get(&url)
+            .call()
+            .ok()
+            .and_then(|mut r| r.body_mut().read_to_string().ok());
+        if let Some(b) = body.filter(|b| b.contains(want)) {
+            return b;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no {want} series after 60 s; the agent's log:\n{}",
+            logs(agent)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The shipped compose file for this engine started by the Compose the host has: Debian 12's
+/// Docker 20.10 with its `docker-compose` 1.29 (Compose v1) and deploy/compose.docker20.yaml;
+/// Docker 23 or later with Compose v2 and deploy/compose.yaml. The tool first validates the
+/// file as shipped; then it starts it with three changes a GPU-less host needs — this test's
+/// image, the fake NVML mounted where the NVIDIA runtime would put the driver's (the device
+/// reservation dropped), a port of its own — and the agent names a sibling container.
+#[test]
+fn the_agent_starts_from_the_compose_file_with_the_hosts_compose() {
+    require_root();
+    let (file, tool): (&str, &[&str]) = if docker_major() >= 23 {
+        ("compose.yaml", &["docker", "compose"])
+    } else {
+        ("compose.docker20.yaml", &["docker-compose"])
+    };
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy")
+        .join(file);
+    let compose = |args: &[&str]| {
+        let out = Command::new(tool[0])
+            .args(&tool[1..])
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("{tool:?} ({e}): `cargo xtask setup --test` installs it"));
+        assert!(
+            out.status.success(),
+            "{tool:?} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    compose(&["-f", shipped.to_str().unwrap(), "config", "-q"]);
+
+    let image = Image::build();
+    let trainer = Container::start(
+        &unique("compose-trainer"),
+        &[("com.docker.compose.service", "trainer")],
+        "sleep 3600",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("scenario.json"),
+        json!({"devices": [{"uuid": "GPU-00000000-0000-0000-0000-0000000000c2",
+            "processes": [{"pid": trainer.pid, "used_memory_bytes": 2u64 << 30, "sm_util": 60}]}]})
+        .to_string(),
+    )
+    .unwrap();
+    let port = free_port();
+    let mut doc: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(&shipped).unwrap()).unwrap();
+    let service = doc["services"]["gpuwatch"].as_object_mut().unwrap();
+    service.insert("image".into(), json!(image.0));
+    service.insert(
+        "command".into(),
+        json!(["serve", "--web.listen-address", format!("127.0.0.1:{port}")]),
+    );
+    service.insert("restart".into(), json!("no"));
+    assert!(service.remove("deploy").is_some(), "the NVIDIA reservation");
+    let volumes = service["volumes"].as_array_mut().unwrap();
+    volumes.push(json!(format!(
+        "{}:/usr/lib/libnvidia-ml.so.1:ro",
+        fake_nvml_lib().display()
+    )));
+    volumes.push(json!(format!("{}:/scenario:ro", dir.path().display())));
+    let env = service["environment"].as_object_mut().unwrap();
+    env.insert(
+        "GPUWATCH_NVML_LIB".into(),
+        json!("/usr/lib/libnvidia-ml.so.1"),
+    );
+    env.insert(
+        "FAKE_NVML_SCENARIO".into(),
+        json!("/scenario/scenario.json"),
+    );
+    let started_file = dir.path().join("compose.json");
+    std::fs::write(&started_file, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
+    let project = unique("compose").replace('-', "");
+    let file_arg = started_file.to_str().unwrap().to_owned();
+    compose(&["-f", &file_arg, "-p", &project, "up", "-d"]);
+    let _down = ComposeDown {
+        tool,
+        file: file_arg.clone(),
+        project: project.clone(),
+    };
+    let agent = docker(&[
+        "ps",
+        "-q",
+        "--filter",
+        &format!("label=com.docker.compose.project={project}"),
+    ]);
+    assert!(!agent.is_empty(), "compose started no container");
+    let want = format!("container_name=\"{}\"", trainer.name);
+    let metrics = metrics_naming(port, &want, &agent);
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("gpuwatch_container_gpu_memory_bytes{") && l.contains(&want))
+        .unwrap_or_else(|| panic!("no GPU memory series for the trainer:\n{metrics}"));
+    assert!(line.contains("compose_service=\"trainer\""), "{line}");
+    let value: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert_eq!(value, (2u64 << 30) as f64, "{line}");
+    for source in ["nvml", "docker", "ebpf"] {
+        let up = format!("gpuwatch_up{{source=\"{source}\"}} 1");
+        assert!(
+            metrics.lines().any(|l| l.starts_with(&up)),
+            "{source} not up in the compose-started agent; its log:\n{}",
+            logs(&agent)
+        );
+    }
+}
+
+/// `compose down` of a started project, on drop.
+struct ComposeDown {
+    tool: &'static [&'static str],
+    file: String,
+    project: String,
+}
+
+impl Drop for ComposeDown {
+    fn drop(&mut self) {
+        let _ = Command::new(self.tool[0])
+            .args(&self.tool[1..])
+            .args(["-f", &self.file, "-p", &self.project, "down"])
+            .output();
     }
 }
 
