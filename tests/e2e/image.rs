@@ -111,19 +111,7 @@ fn compose_service_flags() -> Vec<String> {
 fn the_agent_runs_as_a_container_with_the_minimal_line() {
     require_root();
     let image = Image::build();
-    let trainer = Container::start(
-        &unique("image-trainer"),
-        &[("com.docker.compose.service", "trainer")],
-        "sleep 3600",
-    );
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("scenario.json"),
-        json!({"devices": [{"uuid": "GPU-00000000-0000-0000-0000-0000000000c1",
-            "processes": [{"pid": trainer.pid, "used_memory_bytes": 3u64 << 30, "sm_util": 70}]}]})
-        .to_string(),
-    )
-    .unwrap();
+    let (trainer, dir) = trainer_on_a_fake_gpu("image-trainer", 3u64 << 30);
     let port = free_port();
     let fake = fake_nvml_lib();
     let mut args: Vec<String> = ["run", "-d", "--name", &unique("image-agent")]
@@ -181,6 +169,25 @@ fn the_agent_runs_as_a_container_with_the_minimal_line() {
     }
 }
 
+/// A container of compose service `trainer` holding `memory` of a fake GPU, and the folder of
+/// that GPU's scenario (`scenario.json`), to mount into the agent's container.
+fn trainer_on_a_fake_gpu(name: &str, memory: u64) -> (Container, tempfile::TempDir) {
+    let trainer = Container::start(
+        &unique(name),
+        &[("com.docker.compose.service", "trainer")],
+        "sleep 3600",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("scenario.json"),
+        json!({"devices": [{"uuid": "GPU-00000000-0000-0000-0000-0000000000c1",
+            "processes": [{"pid": trainer.pid, "used_memory_bytes": memory, "sm_util": 70}]}]})
+        .to_string(),
+    )
+    .unwrap();
+    (trainer, dir)
+}
+
 /// `/metrics` once it names `want` (a minute at most; the agent's log otherwise).
 fn metrics_naming(port: u16, want: &str, agent: &str) -> String {
     let url = format!("http://127.0.0.1:{port}/metrics");
@@ -235,19 +242,7 @@ fn the_agent_starts_from_the_compose_file_with_the_hosts_compose() {
     compose(&["-f", shipped.to_str().unwrap(), "config", "-q"]);
 
     let image = Image::build();
-    let trainer = Container::start(
-        &unique("compose-trainer"),
-        &[("com.docker.compose.service", "trainer")],
-        "sleep 3600",
-    );
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("scenario.json"),
-        json!({"devices": [{"uuid": "GPU-00000000-0000-0000-0000-0000000000c2",
-            "processes": [{"pid": trainer.pid, "used_memory_bytes": 2u64 << 30, "sm_util": 60}]}]})
-        .to_string(),
-    )
-    .unwrap();
+    let (trainer, dir) = trainer_on_a_fake_gpu("compose-trainer", 2u64 << 30);
     let port = free_port();
     let mut doc: serde_json::Value =
         serde_saphyr::from_str(&std::fs::read_to_string(&shipped).unwrap()).unwrap();

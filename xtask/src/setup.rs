@@ -274,6 +274,24 @@ pub(crate) fn debian_packages(what: &str, wanted: &[(&str, &str)]) -> Result<()>
     apt_install(&missing)
 }
 
+/// `url` saved as `dest` (curl), kept only when its SHA-256 is `sha256`.
+pub(crate) fn download_verified(url: &str, dest: &Path, sha256: &str) -> Result<()> {
+    debian_packages("curl, unzip", &[("curl", "curl"), ("unzip", "unzip")])?;
+    run_cmd(
+        Command::new("curl")
+            .args(["-fsSL", "-o"])
+            .arg(dest)
+            .arg(url),
+        "downloading",
+    )?;
+    let got = sha256_of(dest)?;
+    if got != sha256 {
+        let _ = std::fs::remove_file(dest);
+        bail!("{url}: SHA-256 {got}, not {sha256}");
+    }
+    Ok(())
+}
+
 /// The SHA-256 of a file, in hex.
 pub(crate) fn sha256_of(file: &Path) -> Result<String> {
     let out = Command::new("sha256sum")

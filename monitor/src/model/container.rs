@@ -118,6 +118,27 @@ pub struct ContainerInfo {
 }
 
 impl ContainerInfo {
+    /// A container known by its id, engine, name and image only (every other field empty).
+    pub fn named(id: &str, engine: Engine, name: String, image: String) -> Self {
+        Self {
+            id: id.to_owned(),
+            engine,
+            name,
+            image,
+            compose_project: None,
+            compose_service: None,
+            kubernetes: None,
+            started_at: None,
+            init_pid: None,
+            gpu_device_requests: Vec::new(),
+            gpu_claims: Vec::new(),
+            ipc_mode: None,
+            runtime: None,
+            blkio_throttled: false,
+            labels: HashMap::new(),
+        }
+    }
+
     /// The workload its processes' cgroups name: a pod's container (the kubelet started it
     /// through Docker, and its cgroup sits under the pod's) is `kubernetes:<pod uid>/<id>`, any
     /// other container `docker:<id>` or `podman:<id>` by its engine.

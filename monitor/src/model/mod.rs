@@ -746,21 +746,8 @@ pub mod test_support {
             id: format!("{name:0>64}").into(),
         };
         let info = ContainerInfo {
-            id: id.id.to_string(),
-            engine: Engine::Docker,
-            name: name.into(),
-            image: "trainer:latest".into(),
-            compose_project: None,
             compose_service: Some("train".into()),
-            kubernetes: None,
-            started_at: None,
-            init_pid: None,
-            gpu_device_requests: Vec::new(),
-            gpu_claims: Vec::new(),
-            ipc_mode: None,
-            runtime: None,
-            blkio_throttled: false,
-            labels: Default::default(),
+            ..ContainerInfo::named(&id.id, Engine::Docker, name.into(), "trainer:latest".into())
         };
         Workload::new(id, name.into(), Some(Arc::new(info)))
     }

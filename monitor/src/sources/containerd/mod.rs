@@ -148,27 +148,16 @@ fn container_info(id: &str, annotations: &HashMap<String, String>) -> Option<Con
         container: text(CONTAINER_NAME),
         uid: text(SANDBOX_UID),
     };
+    // As the kubelet names a container to a person: the pod's container, or the pod itself for
+    // its sandbox.
+    let name = match &pod.container {
+        Some(c) => format!("{}/{c}", pod.pod),
+        None => pod.pod.clone(),
+    };
+    let image = text(IMAGE_NAME).unwrap_or_default();
     Some(ContainerInfo {
-        id: id.to_owned(),
-        engine: Engine::Containerd,
-        // As the kubelet names a container to a person: the pod's container, or the pod itself
-        // for its sandbox.
-        name: match &pod.container {
-            Some(c) => format!("{}/{c}", pod.pod),
-            None => pod.pod.clone(),
-        },
-        image: text(IMAGE_NAME).unwrap_or_default(),
-        compose_project: None,
-        compose_service: None,
         kubernetes: Some(pod),
-        started_at: None,
-        init_pid: None,
-        gpu_device_requests: Vec::new(),
-        gpu_claims: Vec::new(),
-        ipc_mode: None,
-        runtime: None,
-        blkio_throttled: false,
-        labels: HashMap::new(),
+        ..ContainerInfo::named(id, Engine::Containerd, name, image)
     })
 }
 
