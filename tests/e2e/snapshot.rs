@@ -598,8 +598,11 @@ fn snapshot_wrapped(wrapper: &str, pid: u32) -> (Value, String) {
 
 /// An agent in a container started without the host's namespaces says what it cannot see, in
 /// its log, its snapshot and doctor, instead of reporting an empty host: its own PID namespace
-/// (no GPU process can be attributed), its own cgroup namespace (cgroup paths are its own).
-/// On the host it says nothing.
+/// (no GPU process can be attributed), its own cgroup namespace where the host's hierarchy is
+/// not mounted whole (cgroup paths are its own). On the host it says nothing. In a cgroup
+/// namespace of its own with the host's hierarchy mounted whole (Docker's default on cgroup v2
+/// and Compose v1, with the deployment's `/sys` mount) it finds its root there and attributes
+/// as on the host.
 #[test]
 fn an_agent_without_the_host_namespaces_says_what_it_cannot_see() {
     require_root();
@@ -622,24 +625,50 @@ fn an_agent_without_the_host_namespaces_says_what_it_cannot_see() {
         "{log}"
     );
 
-    // A cgroup namespace rooted at a cgroup of its own, as Docker's private cgroupns is.
+    // A cgroup namespace rooted at a cgroup of its own, as Docker's private cgroupns is, the
+    // host's hierarchy mounted whole: a container's GPU process is the container's.
     let unified = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
         .into_iter()
         .find(|d| std::path::Path::new(d).join("cgroup.controllers").exists())
         .expect("a cgroup v2 hierarchy");
-    let cgroup = std::path::Path::new(unified).join(unique("cgroupns"));
+    let name = unique("cgroupns");
+    let cgroup = std::path::Path::new(unified).join(&name);
     std::fs::create_dir(&cgroup).unwrap();
-    let wrapper = format!(
-        r#"echo $$ > {}/cgroup.procs && exec unshare --cgroup "$@""#,
+    let trainer = Container::start(&unique("cgroupns-trainer"), &[], "sleep 3600");
+    let into_namespace = format!(
+        "echo $$ > {}/cgroup.procs && exec unshare --cgroup",
         cgroup.display()
     );
-    let (snap, log) = snapshot_wrapped(&wrapper, host.pid());
+    let (snap, log) = snapshot_wrapped(&format!(r#"{into_namespace} "$@""#), trainer.pid);
+    assert!(
+        snap["host"].get("blind_spots").is_none(),
+        "{:#}\n{log}",
+        snap["host"]
+    );
+    let w = workload(&snap, &format!("docker:{}", trainer.id));
+    assert_eq!(w["gpu"]["memory_bytes"], GIB, "{w:#}");
+    assert!(
+        w["memory"]["usage_bytes"].as_u64() > Some(0),
+        "its cgroup is read: {w:#}"
+    );
+
+    // The same namespace with only its own cgroup in view where the hierarchy was, as a
+    // cgroup mount made inside it shows: the root cannot be found, and the agent says it
+    // cannot see.
+    let remounted = format!(
+        r#"{into_namespace} --mount sh -c 'mount --bind {} {unified} && exec "$@"' sh "$@""#,
+        cgroup.display()
+    );
+    let (snap, log) = snapshot_wrapped(&remounted, trainer.pid);
     std::fs::remove_dir(&cgroup).unwrap();
     assert_eq!(
         snap["host"]["blind_spots"],
         json!(["private_cgroup_namespace"])
     );
-    assert!(log.contains("--cgroupns=host"), "{log}");
+    assert!(
+        log.contains("not mounted whole") && log.contains("--cgroupns=host"),
+        "{log}"
+    );
 
     let doctor = std::process::Command::new("unshare")
         .args(["--pid", "--fork", "--mount-proc"])

@@ -149,7 +149,8 @@ pub struct HostInfo {
 pub enum BlindSpot {
     /// Its own PID namespace: the GPU processes NVML names by host PID are not in its /proc.
     PrivatePidNamespace,
-    /// Its own cgroup namespace: other processes' cgroup paths are relative to its own.
+    /// Its own cgroup namespace, and the host's hierarchy not in view to find its root in:
+    /// other processes' cgroup paths are relative to its own.
     PrivateCgroupNamespace,
 }
 
@@ -174,7 +175,9 @@ impl BlindSpot {
                 "run it with --pid=host (Kubernetes: hostPID: true), or give it the host's /proc \
                  with --proc-root"
             }
-            Self::PrivateCgroupNamespace => "run it with --cgroupns=host",
+            Self::PrivateCgroupNamespace => {
+                "run it with --cgroupns=host, or mount the host's /sys (-v /sys:/sys:ro)"
+            }
         }
     }
 }

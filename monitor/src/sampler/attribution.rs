@@ -6,6 +6,7 @@
 //! `revalidate_after` rounds (a process can be moved to another cgroup); a PID that disappears
 //! from the caller's list is forgotten at the end of the round. A cached PID costs one liveness
 //! check per round.
+use crate::cgroup::namespace::NamespaceRoot;
 use crate::cgroup::{classify, CgroupMembership};
 use crate::model::WorkloadId;
 use std::collections::HashMap;
@@ -80,6 +81,8 @@ struct Entry {
 /// The cache of attributed processes; see the module docs for when `/proc` is read.
 pub struct ProcessTable {
     proc_root: PathBuf,
+    /// Where the agent's cgroup namespace is rooted on the host (nowhere in the host's).
+    cgroup_ns: NamespaceRoot,
     entries: PidMap<Entry>,
     round: u64,
     revalidate_after: u64,
@@ -91,11 +94,18 @@ impl ProcessTable {
     pub fn new(proc_root: impl Into<PathBuf>, revalidate_after: u64) -> Self {
         Self {
             proc_root: proc_root.into(),
+            cgroup_ns: NamespaceRoot::host(),
             entries: PidMap::default(),
             round: 0,
             revalidate_after: revalidate_after.max(1),
             proc_reads: 0,
         }
+    }
+
+    /// Processes read from a cgroup namespace of the agent's own, rooted at `ns` on the host.
+    pub fn with_cgroup_namespace(mut self, ns: NamespaceRoot) -> Self {
+        self.cgroup_ns = ns;
+        self
     }
 
     /// Starts a new round; call once per sampling round, before [`Self::resolve`].
@@ -118,7 +128,7 @@ impl ProcessTable {
         });
         if !fresh {
             self.proc_reads += 1;
-            let info = match read_process(&self.proc_root, pid) {
+            let info = match read_process(&self.proc_root, &self.cgroup_ns, pid) {
                 Ok(info) => info,
                 Err(e) => {
                     self.entries.remove(&pid);
@@ -190,7 +200,13 @@ fn io_error(path: &Path, pid: u32, source: std::io::Error) -> AttributionError {
 /// Reads one process from `proc_root` (normally `/proc`): its `stat` through the procfs crate
 /// (name and start time; a name that is not UTF-8, which any process can give itself, is read
 /// with U+FFFD, so its GPU use is still charged) and its `cgroup` as bytes.
-pub fn read_process(proc_root: &Path, pid: u32) -> Result<ProcessInfo, AttributionError> {
+///
+/// In a cgroup namespace of the agent's own, `ns` puts the paths back on the host's root.
+pub fn read_process(
+    proc_root: &Path,
+    ns: &NamespaceRoot,
+    pid: u32,
+) -> Result<ProcessInfo, AttributionError> {
     let dir = proc_root.join(pid.to_string());
     let file = |name: &str| dir.join(name);
     let process = procfs::process::Process::new_with_root(dir.clone())
@@ -207,6 +223,7 @@ pub fn read_process(proc_root: &Path, pid: u32) -> Result<ProcessInfo, Attributi
             path: cgroup.clone(),
             why: "not hierarchy-id:controllers:path lines".to_owned(),
         })?;
+    let membership = ns.to_host(membership);
     let workload = classify(membership.identity_path());
     Ok(ProcessInfo {
         key: ProcessKey {
@@ -254,7 +271,7 @@ mod tests {
             std::fs::create_dir_all(&d).unwrap();
             std::fs::write(d.join("stat"), stat).unwrap();
             std::fs::write(d.join("cgroup"), "0::/job\n").unwrap();
-            read_process(root.path(), pid)
+            read_process(root.path(), &NamespaceRoot::host(), pid)
         };
         let info = put(1234, &stat_line(1234, b"python3 (worker) x", 987654)).unwrap();
         assert_eq!(
@@ -272,7 +289,7 @@ mod tests {
         );
         assert_eq!(info.membership.unified.as_deref(), Some("/job"));
         assert!(matches!(
-            read_process(root.path(), 9),
+            read_process(root.path(), &NamespaceRoot::host(), 9),
             Err(AttributionError::Vanished { pid: 9 })
         ));
     }
@@ -292,7 +309,8 @@ mod tests {
         // exec has happened once the name changes from the test's own
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         let info = loop {
-            let info = read_process(Path::new("/proc"), pid).expect("read despite the name");
+            let info = read_process(Path::new("/proc"), &NamespaceRoot::host(), pid)
+                .expect("read despite the name");
             if info.name.contains("train") || std::time::Instant::now() > deadline {
                 break info;
             }

@@ -5,6 +5,7 @@
 //! and the path is the container's own cgroup (or below it); otherwise the process is a
 //! workload of its own, shown with its real path, and the look-alike is counted.
 use super::attribution::read_process;
+use crate::cgroup::namespace::NamespaceRoot;
 use crate::events::{EventCounters, InternalEvent};
 use crate::model::{Engine, WorkloadId, WorkloadKind};
 use crate::sources::docker::DockerCache;
@@ -28,6 +29,7 @@ impl ContainerClaims {
         path: &str,
         cache: Option<&DockerCache>,
         proc_root: &Path,
+        cgroup_ns: &NamespaceRoot,
         events: &EventCounters,
     ) -> WorkloadId {
         let (Some(cache), Some(id)) = (cache, claimed.container_id()) else {
@@ -54,7 +56,7 @@ impl ContainerClaims {
                 .entry(c.id.clone())
                 .or_insert_with(|| {
                     let pid = c.init_pid?;
-                    let p = read_process(proc_root, pid).ok()?;
+                    let p = read_process(proc_root, cgroup_ns, pid).ok()?;
                     Some(p.membership.identity_path().to_owned())
                 })
                 .clone()

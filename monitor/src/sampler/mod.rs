@@ -21,10 +21,11 @@ pub mod process_checks;
 mod ranks;
 mod stalls;
 
+use crate::cgroup::namespace::NamespaceRoot;
 use crate::cgroup::{CgroupLayout, CgroupMembership};
 use crate::events::{EventCounters, InternalEvent};
 use crate::heartbeat::{Heartbeat, Step};
-use crate::model::{ContainerInfo, DeviceReading, WorkloadId, WorkloadKind};
+use crate::model::{BlindSpot, ContainerInfo, DeviceReading, WorkloadId, WorkloadKind};
 use crate::model::{
     CpuUsage, Gpu, GpuProcess, HostInfo, MemoryUsage, Pressure, PressureTotals, ProcessCpu,
     Snapshot, SourceState, Sources, Workload, WorkloadGpu, WorkloadGpuShare, SCHEMA_VERSION,
@@ -119,6 +120,8 @@ pub struct Sampler {
     /// The launch environment of each rank of a job holding several GPUs.
     rank_envs: ranks::RankEnvs,
     proc_root: PathBuf,
+    /// Where the agent's cgroup namespace is rooted on the host (nowhere in the host's).
+    cgroup_ns: NamespaceRoot,
     container_configs: ConfigReader,
     /// The engine's containers' own cgroup paths, to tell a container from a look-alike.
     claims: claims::ContainerClaims,
@@ -171,12 +174,14 @@ impl Sampler {
             libc::malloc_trim(0);
         }
         let (gpu_opener, gpu) = gpu_open::GpuOpener::open(config.gpu.as_ref(), events.clone());
+        let mut blind_spots = namespaces::blind_spots(&config.proc_root);
+        let cgroup_ns = own_cgroup_namespace(&layout, &config.proc_root, &mut blind_spots);
         let host = HostInfo {
             hostname: read_trimmed("/proc/sys/kernel/hostname"),
             kernel: read_trimmed("/proc/sys/kernel/osrelease"),
             cgroup_mode: layout.mode,
             nvml_driver_version: gpu.as_ref().ok().and_then(|g| g.driver_version.clone()),
-            blind_spots: namespaces::blind_spots(&config.proc_root),
+            blind_spots,
         };
         for spot in &host.blind_spots {
             tracing::warn!("{}; {}", spot.consequence(), spot.fix());
@@ -189,10 +194,12 @@ impl Sampler {
             cri: config.cri_tasks.as_ref().map(CriTasks::new),
             stalls,
             cuda,
-            processes: ProcessTable::new(&config.proc_root, config.revalidate_rounds),
+            processes: ProcessTable::new(&config.proc_root, config.revalidate_rounds)
+                .with_cgroup_namespace(cgroup_ns.clone()),
             checks: ProcessChecks::new(&config.proc_root),
             rank_envs: ranks::RankEnvs::new(&config.proc_root),
             proc_root: config.proc_root.clone(),
+            cgroup_ns,
             container_configs: ConfigReader::default(),
             claims: claims::ContainerClaims::default(),
             cgroups: HashMap::new(),
@@ -537,6 +544,7 @@ impl Sampler {
                     info.membership.identity_path(),
                     self.docker.as_deref(),
                     &self.proc_root,
+                    &self.cgroup_ns,
                     &self.events,
                 );
                 if known != Some(&workload) && !self.cgroups.contains_key(&workload) {
@@ -662,7 +670,7 @@ impl Sampler {
         let Some(pid) = c.init_pid else {
             return docker;
         };
-        match read_process(&self.proc_root, pid) {
+        match read_process(&self.proc_root, &self.cgroup_ns, pid) {
             Ok(info) => {
                 let id = if info.workload == labelled {
                     labelled
@@ -920,6 +928,36 @@ fn is_shared(g: &Gpu) -> bool {
         }
         Some(f) => f != &p.workload || p.workload.is_none(),
     })
+}
+
+/// Where the agent's cgroup namespace is rooted on the host, when it runs in one of its own and
+/// the host's hierarchies are mounted whole: other processes' paths are then put back on the
+/// host's root, and the namespace is no blind spot. Otherwise the host's (paths unchanged), and
+/// the blind spot stays with why.
+fn own_cgroup_namespace(
+    layout: &CgroupLayout,
+    proc_root: &std::path::Path,
+    blind_spots: &mut Vec<BlindSpot>,
+) -> NamespaceRoot {
+    if !blind_spots.contains(&BlindSpot::PrivateCgroupNamespace) {
+        return NamespaceRoot::host();
+    }
+    match NamespaceRoot::find(layout, proc_root, std::process::id()) {
+        Ok(root) if !root.is_host() => {
+            tracing::info!(
+                "in a cgroup namespace of its own, rooted at {} on the host: other processes' \
+                 cgroup paths are read from there",
+                root.describe()
+            );
+            blind_spots.retain(|s| *s != BlindSpot::PrivateCgroupNamespace);
+            root
+        }
+        Ok(_) => NamespaceRoot::host(),
+        Err(e) => {
+            tracing::warn!("in a cgroup namespace of its own, and its root is not found: {e}");
+            NamespaceRoot::host()
+        }
+    }
 }
 
 fn read_trimmed(path: &str) -> String {
