@@ -159,7 +159,7 @@ enum Load<'a> {
 /// of its own CPU time. That counts what the probes cost it (they run in its context, on its
 /// time) but not the time the CPU went to other tasks or, in a VM, to other guests, which a rate
 /// per wall-clock second would count as the probes' cost.
-fn run_load(cgroup_procs: &Path, cpu: usize, load: Load, secs: f64) -> anyhow::Result<Pass> {
+fn run_load(cgroup_procs: &Path, cpu: usize, load: Load<'_>, secs: f64) -> anyhow::Result<Pass> {
     let exe = std::env::current_exe()?;
     let procs = cgroup_procs.to_path_buf();
     let mut cmd = Command::new(exe);
@@ -361,8 +361,8 @@ struct Bench<'a> {
 /// the programs' BPF statistics are added to it, and a pass with every read timed runs beside
 /// gpuwatch's (the reference its sampled read times are checked against).
 fn alternate(
-    bench: &Bench,
-    load: Load,
+    bench: &Bench<'_>,
+    load: Load<'_>,
     arms: &[Arm],
     rounds: usize,
     mut stats: Option<&mut Stats>,
@@ -387,13 +387,18 @@ fn alternate(
 }
 
 /// Runs `load` once as `arm` asks: the pass.
-fn run_arm(bench: &Bench, load: Load, arm: Arm, stats: Option<&mut Stats>) -> anyhow::Result<Pass> {
+fn run_arm(
+    bench: &Bench<'_>,
+    load: Load<'_>,
+    arm: Arm,
+    stats: Option<&mut Stats>,
+) -> anyhow::Result<Pass> {
     let watched = HashSet::from([bench.watched]);
     let run = || run_load(bench.procs, bench.cpu, load, bench.secs);
     match arm {
         Arm::Without => run(),
         Arm::Empty => {
-            let probe = StallProbe::load_empty()?;
+            let probe = StallProbe::loader().empty_programs(true).load()?;
             let rate = run()?;
             if let Some(s) = stats {
                 add_program_stats(&mut s.empty, &probe);
@@ -402,7 +407,7 @@ fn run_arm(bench: &Bench, load: Load, arm: Arm, stats: Option<&mut Stats>) -> an
             Ok(rate)
         }
         Arm::Full => {
-            let mut probe = StallProbe::load(true)?;
+            let mut probe = StallProbe::loader().load()?;
             probe.watch(&watched)?;
             let rate = run()?;
             if let Some(s) = stats {
@@ -413,7 +418,7 @@ fn run_arm(bench: &Bench, load: Load, arm: Arm, stats: Option<&mut Stats>) -> an
             Ok(rate)
         }
         Arm::AdaptiveIdle => {
-            let mut probe = StallProbe::load_io_detached(true)?;
+            let mut probe = StallProbe::loader().attach_io(false).load()?;
             probe.watch(&watched)?;
             run()
         }
@@ -481,9 +486,13 @@ impl RunningAgent {
 }
 
 /// Runs `load` once with every read timed, adding its reads to `stats`.
-fn time_every_read(stats: Option<&mut Stats>, bench: &Bench, load: Load) -> anyhow::Result<()> {
+fn time_every_read(
+    stats: Option<&mut Stats>,
+    bench: &Bench<'_>,
+    load: Load<'_>,
+) -> anyhow::Result<()> {
     let Some(s) = stats else { return Ok(()) };
-    let mut every = StallProbe::load_timing_every_read(true)?;
+    let mut every = StallProbe::loader().time_every_read(true).load()?;
     every.watch(&HashSet::from([bench.watched]))?;
     run_load(bench.procs, bench.cpu, load, bench.secs)?;
     add_reads(&mut s.every_read, &mut every, bench.watched)
@@ -685,7 +694,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// Runs the loads and prints what they measured.
-fn measure(bench: &Bench, arms: &[Arm], o: &Options) -> anyhow::Result<()> {
+fn measure(bench: &Bench<'_>, arms: &[Arm], o: &Options) -> anyhow::Result<()> {
     if o.per_event_only {
         return per_event_pass(bench, o.rounds);
     }
@@ -775,7 +784,7 @@ const PER_EVENT_ARMS: [Arm; 2] = [Arm::Empty, Arm::Full];
 /// The kernel time per traced event, with BPF statistics on (they cost two clock reads per
 /// program run, so throughput is measured with them off, as in production): ping-pong, and the
 /// loader at its smallest files, with the empty and gpuwatch's programs.
-fn per_event_pass(bench: &Bench, rounds: usize) -> anyhow::Result<()> {
+fn per_event_pass(bench: &Bench<'_>, rounds: usize) -> anyhow::Result<()> {
     let arms = PER_EVENT_ARMS;
     std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1")?;
     let mut stats = Stats::default();

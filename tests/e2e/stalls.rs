@@ -392,7 +392,7 @@ fn empty_programs_record_nothing_where_the_probes_count_every_read() {
     const READS: u64 = 5000;
     let reads_in_cgroup = || dd_reads_in(&cg, READS);
 
-    let mut empty = StallProbe::load_empty().unwrap();
+    let mut empty = StallProbe::loader().empty_programs(true).load().unwrap();
     empty.watch(&HashSet::from([cg.id])).unwrap();
     reads_in_cgroup();
     let mut totals = ProbeTotals::default();
@@ -403,7 +403,7 @@ fn empty_programs_record_nothing_where_the_probes_count_every_read() {
     );
     drop(empty);
 
-    let mut probe = StallProbe::load(true).unwrap();
+    let mut probe = StallProbe::loader().load().unwrap();
     probe.watch(&HashSet::from([cg.id])).unwrap();
     reads_in_cgroup();
     let counted = reads_counted(&mut probe, cg.id);
@@ -446,9 +446,9 @@ fn read_times_are_sampled_and_the_estimates_hold() {
     let mut fast = Vec::new();
     for every in [false, true] {
         let mut probe = if every {
-            StallProbe::load_timing_every_read(true).unwrap()
+            StallProbe::loader().time_every_read(true).load().unwrap()
         } else {
-            StallProbe::load(true).unwrap()
+            StallProbe::loader().load().unwrap()
         };
         probe.watch(&HashSet::from([cg.id])).unwrap();
         run(&format!("exec {}", dd_reads(READS)));
@@ -477,7 +477,7 @@ fn read_times_are_sampled_and_the_estimates_hold() {
 
     // Five reads of a pipe that each wait ~45 ms for their writer: all timed, weighing one,
     // in the 32-65 ms bucket.
-    let mut probe = StallProbe::load(true).unwrap();
+    let mut probe = StallProbe::loader().load().unwrap();
     probe.watch(&HashSet::from([cg.id])).unwrap();
     run("(for i in 1 2 3 4 5; do sleep 0.045; printf x; done) | \
          dd of=/dev/null bs=1 count=5 status=none");
@@ -497,7 +497,7 @@ fn the_read_programs_attach_and_detach_in_two_steps() {
     let cg = TempCgroup::new("io-steps");
     const READS: u64 = 3000;
     let reads_in_cgroup = || dd_reads_in(&cg, READS);
-    let mut probe = StallProbe::load_io_detached(true).unwrap();
+    let mut probe = StallProbe::loader().attach_io(false).load().unwrap();
     probe.watch(&HashSet::from([cg.id])).unwrap();
     assert_eq!(probe.io_state(), IoTracing::Off);
     reads_in_cgroup();
@@ -553,7 +553,7 @@ fn a_start_left_from_before_a_gap_meets_no_later_end() {
         .status()
         .unwrap();
     assert!(made.success());
-    let mut probe = StallProbe::load(true).unwrap();
+    let mut probe = StallProbe::loader().load().unwrap();
     probe.watch(&HashSet::from([cg.id])).unwrap();
     let mut dd = std::process::Command::new("sh")
         .arg("-c")
@@ -608,7 +608,7 @@ fn record_fields_load_directly_where_the_layout_puts_them() {
     let cg = TempCgroup::new("record-fields");
     const READS: u64 = 2000;
     let reads_in_cgroup = || dd_reads_in(&cg, READS);
-    let mut probe = StallProbe::load(true).unwrap();
+    let mut probe = StallProbe::loader().load().unwrap();
     // every field this kernel's records have (prev_state is a long here, not an int)
     let all = (1 << slot::COUNT) - 1;
     assert_eq!(
@@ -629,7 +629,7 @@ fn record_fields_load_directly_where_the_layout_puts_them() {
     );
     drop(probe);
 
-    let mut moved = StallProbe::load_with_exit_ret_at(8).unwrap();
+    let mut moved = StallProbe::loader().exit_ret_offset(8).load().unwrap();
     assert_ne!(moved.direct_record_fields & (1 << slot::SYS_EXIT_RET), 0);
     moved.watch(&HashSet::from([cg.id])).unwrap();
     reads_in_cgroup();
@@ -655,7 +655,7 @@ fn disk_requests_are_matched_and_sized_from_their_records() {
     std::io::Write::write_all(&mut f, &vec![7u8; 4 << 20]).unwrap();
     f.sync_all().unwrap();
     drop(f);
-    let mut probe = StallProbe::load(true).unwrap();
+    let mut probe = StallProbe::loader().load().unwrap();
     probe.watch(&HashSet::from([cg.id])).unwrap();
     let status = std::process::Command::new("sh")
         .arg("-c")
@@ -691,7 +691,7 @@ fn a_process_moved_into_a_watched_cgroup_is_tracked_after_the_move() {
     use std::io::{BufRead, Write};
     require_root();
     let (from, to) = (TempCgroup::new("move-from"), TempCgroup::new("move-to"));
-    let mut probe = StallProbe::load(true).unwrap();
+    let mut probe = StallProbe::loader().load().unwrap();
     probe.watch(&HashSet::from([to.id])).unwrap();
 
     // Reads in the unwatched cgroup (cached there as unwatched); then, on a line from the test,
@@ -736,7 +736,7 @@ fn a_cgroups_time_splits_into_cpu_run_queue_and_sleep_as_spent() {
     require_root();
     let _cpu = cpu_timed();
     let cg = TempCgroup::new("split");
-    let mut probe = StallProbe::load(true).unwrap();
+    let mut probe = StallProbe::loader().load().unwrap();
     probe.watch(&HashSet::from([cg.id])).unwrap();
     let cpu = if num_cpus() > 1 { 1 } else { 0 };
     let spin = "timeout 0.6 sh -c 'while :; do :; done'";
@@ -959,7 +959,7 @@ fn shrunk_task_maps_hold_what_fits_and_evict_the_rest() {
     let _cpu = cpu_timed();
     const ENTRIES: u32 = 16;
     let cg = TempCgroup::new("map-full");
-    let mut probe = StallProbe::load_with_task_entries(true, ENTRIES).unwrap();
+    let mut probe = StallProbe::loader().task_entries(ENTRIES).load().unwrap();
     assert_eq!(probe.task_entries, ENTRIES);
     probe.watch(&HashSet::from([cg.id])).unwrap();
     // 48 processes in the cgroup, each waking every 50 ms (a switch each time).
@@ -1014,7 +1014,7 @@ fn shrunk_task_maps_hold_what_fits_and_evict_the_rest() {
         "48 switching processes in 16 entries evict some"
     );
     drop(probe);
-    let sized = StallProbe::load(true).unwrap();
+    let sized = StallProbe::loader().load().unwrap();
     assert_eq!(
         sized.task_entries,
         gpuwatch::sources::stall_probe::map_sizing::task_entries_here()
@@ -1027,7 +1027,7 @@ fn shrunk_task_maps_hold_what_fits_and_evict_the_rest() {
 fn a_full_cgroup_filter_takes_a_new_set_and_counts_the_overflow() {
     use monitor_common::WATCHED_CGROUP_ENTRIES as FULL;
     require_root();
-    let mut probe = StallProbe::load(true).unwrap();
+    let mut probe = StallProbe::loader().load().unwrap();
     let set = |from: u64, n: u32| (from..from + u64::from(n)).collect::<HashSet<u64>>();
     assert_eq!(probe.watch(&set(1 << 40, FULL)).unwrap(), 0);
     assert_eq!(

@@ -39,8 +39,8 @@ impl Stalls {
     pub fn load(enabled: bool, io: IoTracingConfig) -> Self {
         let probe = if enabled {
             match io.mode {
-                TracingMode::Always => StallProbe::load(true),
-                _ => StallProbe::load_io_detached(true),
+                TracingMode::Always => StallProbe::loader().load(),
+                _ => StallProbe::loader().attach_io(false).load(),
             }
             .map_err(|e| format!("stall tracing unavailable: {e}"))
         } else {

@@ -9,6 +9,7 @@
 mod batch;
 mod io_links;
 pub mod kernel_btf;
+mod loader;
 pub mod map_sizing;
 mod record_fields;
 pub mod tracefs;
@@ -29,6 +30,8 @@ use monitor_common::{probe_stat, IoStats, TaskKey, TaskTimes, WATCHED_CGROUP_ENT
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use tracefs::FieldLayout;
+
+pub use loader::StallProbeLoader;
 
 /// The compiled kernel programs, embedded at build time.
 static PROBES: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gpuwatch-probes"));
@@ -109,35 +112,6 @@ impl Accumulate for IoStats {
         self.total_ns += o.total_ns;
         for (a, b) in self.hist.iter_mut().zip(o.hist.iter()) {
             *a += b;
-        }
-    }
-}
-
-/// How [`StallProbe::load_programs`] loads them.
-struct LoadOptions {
-    filter_by_cgroup: bool,
-    /// Programs that return at once (the benchmark's floor).
-    empty: bool,
-    /// Attach the read and block programs now.
-    attach_io: bool,
-    /// Entries of each per-task map; `None`: what the host's CPUs allow.
-    task_entries: Option<u32>,
-    /// Time every read, not a sample (the benchmark's reference).
-    time_every_read: bool,
-    /// Read-family exits' return value from this offset of their record instead of the one
-    /// tracefs gives: a layout other than this kernel's, for tests.
-    exit_ret_offset: Option<u32>,
-}
-
-impl LoadOptions {
-    fn attached(filter_by_cgroup: bool) -> Self {
-        Self {
-            filter_by_cgroup,
-            empty: false,
-            attach_io: true,
-            task_entries: None,
-            time_every_read: false,
-            exit_ret_offset: None,
         }
     }
 }
@@ -359,60 +333,11 @@ where
 }
 
 impl StallProbe {
-    /// Checks privileges, finds tracefs, reads field offsets, loads and attaches every program.
-    /// With `filter_by_cgroup`, the kernel tracks only the cgroups passed to [`Self::watch`].
-    pub fn load(filter_by_cgroup: bool) -> Result<Self, ProbeError> {
-        Self::load_programs(LoadOptions::attached(filter_by_cgroup))
-    }
-
-    /// Like [`Self::load`] with `task_entries` in each per-task map instead of what the host's
-    /// CPUs allow: for tests that fill them.
-    pub fn load_with_task_entries(
-        filter_by_cgroup: bool,
-        task_entries: u32,
-    ) -> Result<Self, ProbeError> {
-        Self::load_programs(LoadOptions {
-            task_entries: Some(task_entries),
-            ..LoadOptions::attached(filter_by_cgroup)
-        })
-    }
-
-    /// Like [`Self::load`] with the read and block programs loaded but not attached: only the
-    /// scheduler programs run until [`Self::step_io`] asks for them.
-    pub fn load_io_detached(filter_by_cgroup: bool) -> Result<Self, ProbeError> {
-        Self::load_programs(LoadOptions {
-            attach_io: false,
-            ..LoadOptions::attached(filter_by_cgroup)
-        })
-    }
-
-    /// The same programs on the same tracepoints, each returning at once: what the tracing
-    /// mechanism costs by itself, below anything a program does. For benchmarks.
-    pub fn load_empty() -> Result<Self, ProbeError> {
-        Self::load_programs(LoadOptions {
-            empty: true,
-            ..LoadOptions::attached(true)
-        })
-    }
-
-    /// Like [`Self::load`], timing every read from entry to exit instead of the sample that
-    /// `monitor_common::reads` describes: what the sample's estimates are checked against. For
-    /// benchmarks.
-    pub fn load_timing_every_read(filter_by_cgroup: bool) -> Result<Self, ProbeError> {
-        Self::load_programs(LoadOptions {
-            time_every_read: true,
-            ..LoadOptions::attached(filter_by_cgroup)
-        })
-    }
-
-    /// Like [`Self::load`], with read-family exits' return value (the bytes read) taken from
-    /// `offset` in their record, as on a kernel whose records are laid out otherwise: for the
-    /// test that a load relocated elsewhere passes the verifier and reads there.
-    pub fn load_with_exit_ret_at(offset: u32) -> Result<Self, ProbeError> {
-        Self::load_programs(LoadOptions {
-            exit_ret_offset: Some(offset),
-            ..LoadOptions::attached(true)
-        })
+    /// How to load the programs: `StallProbe::loader().load()` checks privileges, finds
+    /// tracefs, reads field offsets, loads and attaches every program, tracking only the
+    /// cgroups passed to [`Self::watch`]; [`StallProbeLoader`]'s settings change that.
+    pub fn loader() -> StallProbeLoader {
+        StallProbeLoader::default()
     }
 
     /// Moves the read and block programs one step toward attached (`on`) or detached; see
@@ -425,15 +350,15 @@ impl StallProbe {
         self.io.state()
     }
 
-    fn load_programs(options: LoadOptions) -> Result<Self, ProbeError> {
-        let LoadOptions {
+    fn load_programs(options: &StallProbeLoader) -> Result<Self, ProbeError> {
+        let StallProbeLoader {
             filter_by_cgroup,
             empty,
             attach_io,
             task_entries,
             time_every_read,
             exit_ret_offset,
-        } = options;
+        } = *options;
         let missing =
             caps::missing_for_tracing(caps::effective().map_err(ProbeError::Capabilities)?);
         if !missing.is_empty() {
