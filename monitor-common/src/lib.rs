@@ -114,14 +114,23 @@ pub mod probe_stat {
 
 #[cfg(feature = "user")]
 mod user {
-    // SAFETY: plain-old-data `#[repr(C)]` structs of integers with explicit padding.
-    unsafe impl aya::Pod for super::TaskKey {}
-    unsafe impl aya::Pod for super::TaskTimes {}
-    unsafe impl aya::Pod for super::IoStats {}
-    unsafe impl aya::Pod for super::CpuCurrent {}
-    unsafe impl aya::Pod for super::RequestKey {}
-    unsafe impl aya::Pod for super::RequestStart {}
-    unsafe impl aya::Pod for super::CudaStats {}
+    /// `aya::Pod` for types that are plain old data: `#[repr(C)]` structs of integers with
+    /// explicit padding, so every byte pattern the kernel writes is a valid value.
+    macro_rules! plain_old_data {
+        ($($t:ty),* $(,)?) => {$(
+            // SAFETY: `$t` is a `#[repr(C)]` struct of integers with explicit padding.
+            unsafe impl aya::Pod for $t {}
+        )*};
+    }
+    plain_old_data!(
+        super::TaskKey,
+        super::TaskTimes,
+        super::IoStats,
+        super::CpuCurrent,
+        super::RequestKey,
+        super::RequestStart,
+        super::CudaStats,
+    );
 }
 
 #[cfg(test)]

@@ -166,7 +166,7 @@ fn run(body: impl FnOnce() -> Result<(), u32>) -> u32 {
 
 #[cfg(not(test))]
 #[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
+fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {
     loop {}
 }
 

@@ -2,6 +2,8 @@
 //! per-GPU container series per family, about 60,000 lines). The target: p99 < 50 ms.
 //! Prints p50/p99/max over 200 renders, then lets criterion measure the mean. Run with
 //! `cargo xtask bench`.
+// A benchmark's set-up that fails is a failed run: it unwraps.
+#![allow(clippy::unwrap_used)]
 use criterion::{criterion_group, criterion_main, Criterion};
 use gpuwatch::model::test_support::{container, gpu, snapshot};
 use gpuwatch::model::WorkloadGpuShare;

@@ -6,6 +6,8 @@
 //! answers at no cost, so the figures are gpuwatch's own work; the round fetches the GPU series
 //! every time (the worst case: by default it does every 10 s), which also keeps the rounds held
 //! for their series to one or two. The ghost checks run in rotation, as in production.
+// A benchmark's set-up that fails is a failed run: it unwraps.
+#![allow(clippy::unwrap_used)]
 use criterion::{criterion_group, criterion_main, Criterion};
 use gpuwatch::events::EventCounters;
 use gpuwatch::sampler::{Sampler, SamplerConfig};

@@ -196,7 +196,7 @@ fn per_call(
     };
     // Per pass: (name, wall µs, CPU µs, calls) per call, and the pass's CPU per round.
     type Totals<'a> = Vec<(&'a str, f64, f64, usize)>;
-    let mut passes: Vec<(&str, Totals, f64)> = Vec::new();
+    let mut passes: Vec<(&str, Totals<'_>, f64)> = Vec::new();
     for pass in ["in order", "reversed", "no util/graphics"] {
         let mut list = calls();
         match pass {
@@ -205,7 +205,7 @@ fn per_call(
                 .retain(|(n, _)| !matches!(*n, "utilization_rates" | "running_graphics_processes")),
             _ => {}
         }
-        let mut totals: Totals = list.iter().map(|(n, _)| (*n, 0.0, 0.0, 0)).collect();
+        let mut totals: Totals<'_> = list.iter().map(|(n, _)| (*n, 0.0, 0.0, 0)).collect();
         let round_cpu = thread_cpu();
         for _ in 0..rounds {
             for ((_, f), t) in list.iter_mut().zip(totals.iter_mut()) {

@@ -16,7 +16,7 @@ fn gib(b: u64) -> f64 {
 
 impl View {
     /// Draws one round.
-    pub fn draw(&self, f: &mut Frame, e: &Published) {
+    pub fn draw(&self, f: &mut Frame<'_>, e: &Published) {
         let s = &e.snapshot;
         let [head, gpus, containers, foot] = Layout::vertical([
             Constraint::Length(1),
@@ -74,8 +74,8 @@ impl View {
         Line::from(header)
     }
 
-    fn draw_gpus(&self, f: &mut Frame, s: &Snapshot, area: Rect) {
-        let rows: Vec<Row> = s.gpus.iter().map(|g| self.gpu_row(g)).collect();
+    fn draw_gpus(&self, f: &mut Frame<'_>, s: &Snapshot, area: Rect) {
+        let rows: Vec<Row<'_>> = s.gpus.iter().map(|g| self.gpu_row(g)).collect();
         let widths = [4, 22, 6, 6, 18, 7, 12, 6, 16].map(Constraint::Length);
         let header = [
             "GPU",
@@ -145,7 +145,7 @@ impl View {
         ])
     }
 
-    fn draw_containers(&self, f: &mut Frame, e: &Published, area: Rect) {
+    fn draw_containers(&self, f: &mut Frame<'_>, e: &Published, area: Rect) {
         let s = &e.snapshot;
         let shown = self.rows(&s.workloads);
         let selected = self.selected.min(shown.len().saturating_sub(1));
@@ -160,7 +160,7 @@ impl View {
         if let Some((w, why_area)) = detail {
             self.draw_why(f, w, why_area);
         }
-        let rows: Vec<Row> = shown
+        let rows: Vec<Row<'_>> = shown
             .iter()
             .map(|w| self.container_row(w, &e.alerts))
             .collect();
@@ -200,7 +200,7 @@ impl View {
     }
 
     /// The selected workload's verdict, evidence and advice, as `gpuwatch why` prints them.
-    fn draw_why(&self, f: &mut Frame, w: &Workload, area: Rect) {
+    fn draw_why(&self, f: &mut Frame<'_>, w: &Workload, area: Rect) {
         let text = crate::output::why::render(&[w]);
         f.render_widget(
             Paragraph::new(text)

@@ -9,7 +9,7 @@ use prometheus_client::registry::Unit;
 
 /// `hung`: the source the round in progress has waited on past the stall limit.
 pub(super) fn encode(
-    enc: &mut DescriptorEncoder,
+    enc: &mut DescriptorEncoder<'_>,
     s: &Snapshot,
     hung: Option<&str>,
 ) -> Result<(), std::fmt::Error> {
@@ -68,7 +68,7 @@ pub(super) fn encode(
 }
 
 /// The build, and the agent's own process as every exporter reports it.
-fn encode_process(enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+fn encode_process(enc: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
     family(
         enc,
         "gpuwatch_build_info",

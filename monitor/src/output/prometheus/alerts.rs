@@ -4,7 +4,10 @@ use crate::health::alerts::Alert;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType::Gauge;
 
-pub(super) fn encode(enc: &mut DescriptorEncoder, alerts: &[Alert]) -> Result<(), std::fmt::Error> {
+pub(super) fn encode(
+    enc: &mut DescriptorEncoder<'_>,
+    alerts: &[Alert],
+) -> Result<(), std::fmt::Error> {
     family(
         enc,
         "gpuwatch_alert",

@@ -153,7 +153,7 @@ fn share_figures() -> [ShareFigure; 4] {
 }
 
 pub(super) fn encode(
-    enc: &mut DescriptorEncoder,
+    enc: &mut DescriptorEncoder<'_>,
     s: &Snapshot,
     accounting: &Accounting,
 ) -> Result<(), std::fmt::Error> {
@@ -280,7 +280,7 @@ fn gpu_labels(l: &Labels, index: u32, uuid: Option<&str>) -> Labels {
 
 /// The container's configuration: `/dev/shm`, and the GPUs it was given.
 fn encode_config(
-    enc: &mut DescriptorEncoder,
+    enc: &mut DescriptorEncoder<'_>,
     ws: &[(&Workload, Labels)],
 ) -> Result<(), std::fmt::Error> {
     let shm = |read: fn(&ShmUse) -> u64| {
@@ -335,7 +335,7 @@ fn encode_config(
 
 /// The accounting counters: busy and idle GPU-seconds and joules, the loader's seconds by state.
 fn totals(
-    enc: &mut DescriptorEncoder,
+    enc: &mut DescriptorEncoder<'_>,
     ws: &[(&Workload, Labels)],
     accounting: &Accounting,
 ) -> Result<(), std::fmt::Error> {

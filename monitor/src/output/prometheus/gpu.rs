@@ -120,7 +120,7 @@ fn percent(p: Option<f64>) -> Option<f64> {
 }
 
 pub(super) fn encode(
-    enc: &mut DescriptorEncoder,
+    enc: &mut DescriptorEncoder<'_>,
     s: &Snapshot,
     xid_totals: &BTreeMap<u32, u64>,
     accounting: &Accounting,

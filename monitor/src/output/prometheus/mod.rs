@@ -92,7 +92,7 @@ pub fn to_text_format(openmetrics: &str) -> String {
 struct SnapshotCollector(Arc<Published>, Option<&'static str>);
 
 impl Collector for SnapshotCollector {
-    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let e = &self.0;
         agent::encode(&mut enc, &e.snapshot, self.1)?;
         gpu::encode(&mut enc, &e.snapshot, &e.xid_totals, &e.accounting)?;
@@ -110,7 +110,7 @@ type Labels = Vec<(&'static str, String)>;
 const LABEL_MAX_CHARS: usize = 256;
 
 fn family<I>(
-    enc: &mut DescriptorEncoder,
+    enc: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
     unit: Option<Unit>,

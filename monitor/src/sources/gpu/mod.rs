@@ -540,7 +540,7 @@ fn open_xid_watch(
 /// ~20 ms (measured on the H100 host: 20.6–20.9 ms of wall time, ~0.75 ms of CPU), so it is
 /// read once per series fetch, each way. KB/s as NVML gives it (the H100's pageable-copy step
 /// read 4.81 GB/s on it against GPM's 5.32 GB/s over the whole span).
-fn pcie_counter(device: &nvml_wrapper::Device, now_ms: u64) -> Result<PcieTraffic, NvmlError> {
+fn pcie_counter(device: &nvml_wrapper::Device<'_>, now_ms: u64) -> Result<PcieTraffic, NvmlError> {
     use nvml_wrapper::enum_wrappers::device::PcieUtilCounter;
     let rx = device.pcie_throughput(PcieUtilCounter::Receive)?;
     let tx = device.pcie_throughput(PcieUtilCounter::Send)?;
