@@ -32,7 +32,7 @@ struct Cli {
 enum Task {
     /// Install what building and running gpuwatch needs (the pinned toolchains, bpf-linker, a C
     /// compiler, tracefs); with `--test`, also what the tests need (Docker, started; busybox,
-    /// Prometheus, tmux, kubectl, Helm, VictoriaMetrics, Podman). Safe to run again.
+    /// Prometheus, tmux, kubectl, Helm, VictoriaMetrics, Podman, cargo-deny). Safe to run again.
     Setup {
         #[arg(long)]
         test: bool,
@@ -40,7 +40,7 @@ enum Task {
     /// Set up, then run formatting and lint checks, the whole test suite (unit, eBPF and
     /// real-Docker end-to-end tests) and a 10-s smoke of each fuzz target.
     Test {
-        /// Skip `cargo fmt --check` and clippy.
+        /// Skip `cargo fmt --check`, clippy and cargo-deny.
         #[arg(long)]
         no_lint: bool,
         /// Skip the fuzz smoke (each fuzz target for 10 s after the tests).
@@ -214,6 +214,9 @@ fn test(no_lint: bool, extra: &[String]) -> Result<()> {
             "warnings",
         ])?;
         clippy_ebpf()?;
+        // The dependency tree against deny.toml: licences, banned and duplicate crates, and
+        // sources (advisories need a database these machines cannot fetch).
+        cargo(&["deny", "--offline", "check", "licenses", "bans", "sources"])?;
     }
     // The end-to-end tests load the fake NVML library and run the agent binary.
     cargo(&["build", "-p", "fake-nvml", "-p", "gpuwatch"])?;

@@ -4,6 +4,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// cargo-deny release the dependency checks (deny.toml) are written for.
+pub(crate) const CARGO_DENY_VERSION: &str = "0.20.2";
 /// bpf-linker release known to build here against the pinned nightly's LLVM (21–23 only).
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const DOCKER_SOCKET: &str = "/var/run/docker.sock";
@@ -14,7 +16,7 @@ pub enum Purpose {
     /// Building and running gpuwatch: the toolchains, bpf-linker, a C compiler, tracefs.
     Run,
     /// Also the tests' own dependencies: Docker (installed and started), busybox-static,
-    /// Prometheus, tmux, kubectl, Helm, VictoriaMetrics.
+    /// Prometheus, tmux, kubectl, Helm, VictoriaMetrics, cargo-deny.
     Test,
 }
 
@@ -27,6 +29,7 @@ pub fn run(purpose: Purpose) -> Result<()> {
     if purpose == Purpose::Test {
         debian_packages("test dependencies", TEST_PACKAGES)?;
         crate::helm_tool::ensure()?;
+        cargo_deny()?;
         dockerd()?;
     }
     say("ready");
@@ -188,6 +191,27 @@ fn rust_src() -> Result<()> {
             "clippy",
         ]),
         "installing the pinned nightly",
+    )
+}
+
+/// cargo-deny, which `cargo xtask test` runs on the dependency tree (deny.toml).
+fn cargo_deny() -> Result<()> {
+    if output("cargo-deny", &["--version"]).is_some_and(|v| v.contains(CARGO_DENY_VERSION)) {
+        say(&format!("cargo-deny {CARGO_DENY_VERSION}: present"));
+        return Ok(());
+    }
+    say(&format!(
+        "building cargo-deny {CARGO_DENY_VERSION} (a few minutes)"
+    ));
+    run_cmd(
+        Command::new("cargo").args([
+            "install",
+            "--locked",
+            "cargo-deny",
+            "--version",
+            CARGO_DENY_VERSION,
+        ]),
+        "building cargo-deny",
     )
 }
 
