@@ -11,7 +11,7 @@
 #            verdicts and shares per phase, and when the read evidence came on;
 #   agent  - gpuwatch itself in a container, with the README's run line (Docker 20.10 takes
 #            SYS_ADMIN for BPF and PERFMON) and the host's NVML library and device nodes, beside
-#            a GPU container it must name.
+#            a GPU container it must name; then the same in a cgroup namespace of its own.
 # STAGES picks some (default all); PER_MM gives the GPU time of one matmul when the lone stage,
 # which measures it, is left out. Evidence goes to $OUT. Each scored check is gated
 # (tests/gpu/gate.sh): busy within 5 pp of the device, a job's part within 10 pp of its own
@@ -196,30 +196,41 @@ cp .device/gpuwatch "$A/usr/bin/gpuwatch"
 tar -C "$A" -c . | docker import -c 'ENTRYPOINT ["/usr/bin/gpuwatch"]' - gpuwatch-agent:test >/dev/null
 NV=""; for n in /dev/nvidia0 /dev/nvidiactl; do [ -e "$n" ] && NV="$NV --device $n"; done
 sleep 3
-docker run --rm --name gw-agent --pid=host --cgroupns=host --network none \
-  --cap-drop ALL --cap-add SYS_ADMIN --read-only \
-  -v /sys:/sys:ro -v /var/run/docker.sock:/var/run/docker.sock:ro \
-  -v /lib:/lib:ro -v /lib64:/lib64:ro -v /usr/lib:/usr/lib:ro -v /usr/local/nvidia:/usr/local/nvidia:ro \
-  -e LD_LIBRARY_PATH=/usr/local/nvidia/lib64 $NV \
-  gpuwatch-agent:test snapshot --json --window 3s > "$OUT/agent_snap.json" 2> "$OUT/agent.err"
-echo "agent container exit $?"; tail -5 "$OUT/agent.err"
-gate agent python3 - "$OUT/agent_snap.json" <<'PY'
+# agent_snapshot CGROUPNS: the README's Docker 20.10 line with --cgroupns=CGROUPNS. `private` is
+# what Docker 20.10 gives on this cgroup v2 host when nothing asks (deploy/compose.docker20.yaml
+# under Compose v1): the agent must find its namespace's root through /sys and see the same.
+agent_snapshot() {
+  docker run --rm --name gw-agent --pid=host --cgroupns="$1" --network none \
+    --cap-drop ALL --cap-add SYS_ADMIN --read-only \
+    -v /sys:/sys:ro -v /var/run/docker.sock:/var/run/docker.sock:ro \
+    -v /lib:/lib:ro -v /lib64:/lib64:ro -v /usr/lib:/usr/lib:ro -v /usr/local/nvidia:/usr/local/nvidia:ro \
+    -e LD_LIBRARY_PATH=/usr/local/nvidia/lib64 $NV \
+    gpuwatch-agent:test snapshot --json --window 3s > "$OUT/agent_$1.json" 2> "$OUT/agent_$1.err"
+  echo "agent container (--cgroupns=$1) exit $?"; tail -5 "$OUT/agent_$1.err"
+}
+for ns in host private; do
+agent_snapshot $ns
+gate agent-cgroupns-$ns python3 - "$OUT/agent_$ns.json" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
 job = next((w for w in s["workloads"] if w["name"] in ("gw-job", "/gw-job")), None)
 ok = s["sources"]["nvml"]["up"] and s["sources"]["docker"]["up"] and job is not None \
     and (job.get("container") or {}).get("compose_service") == "trainer" \
-    and (job["gpu"].get("busy_fraction") or 0) > 0.8
-print("sources:", {k: v.get("up") for k, v in s["sources"].items()})
+    and (job["gpu"].get("busy_fraction") or 0) > 0.8 \
+    and not s["host"].get("blind_spots") \
+    and (job.get("memory") or {}).get("usage_bytes", 0) > 0
+print("sources:", {k: v.get("up") for k, v in s["sources"].items()}, "blind spots:", s["host"].get("blind_spots"))
 for g in s["gpus"]:
     print(f"GPU {g['index']}: busy {g.get('busy')}, processes {[(p.get('pid'), p.get('workload')) for p in g['processes']]}")
 for w in s["workloads"]:
     c = w.get("container") or {}
     v = w.get("verdict") or {}
     print(f"{w['kind']} {w['name']}: image {c.get('image')}, service {c.get('compose_service')}, "
-          f"busy {w['gpu'].get('busy_fraction')}, verdict {v.get('kind')}")
+          f"busy {w['gpu'].get('busy_fraction')}, memory {(w.get('memory') or {}).get('usage_bytes')}, "
+          f"cgroup {w.get('cgroup_path')}, verdict {v.get('kind')}")
 sys.exit(0 if ok else 1)
 PY
+done
 done_wait job.agent.json
 docker rm -f gw-job > /dev/null 2>&1
 fi
