@@ -83,3 +83,35 @@ impl Demand {
         }
     }
 }
+
+/// The linger a probe set keeps: `linger`, but at least two series intervals. Rounds are
+/// published in batches, once the GPU's utilisation series covers them (every
+/// `series_interval`); a shorter linger ran out between two batches that both needed the
+/// evidence, and the programs came and went while a GPU idled (measured on an H200 with a 5-s
+/// linger and the 10-s series: read evidence in 3 of 17 rows of an I/O-bound phase).
+pub fn effective_linger(linger: Duration, series_interval: Duration) -> Duration {
+    linger.max(series_interval.saturating_mul(2))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_linger_outlasts_the_gap_between_two_batches_of_published_rounds() {
+        let series = Duration::from_secs(10);
+        assert_eq!(
+            effective_linger(Duration::from_secs(5), series),
+            Duration::from_secs(20)
+        );
+        assert_eq!(
+            effective_linger(Duration::from_secs(300), series),
+            Duration::from_secs(300)
+        );
+        // `top` fetches every round: a 1-s series leaves a short linger as it is.
+        assert_eq!(
+            effective_linger(Duration::from_secs(5), Duration::from_secs(1)),
+            Duration::from_secs(5)
+        );
+    }
+}

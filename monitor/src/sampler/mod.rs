@@ -166,8 +166,17 @@ impl Sampler {
         // offsets, aya's in `EbpfLoader::new`, ~23 MB at its peak), all freed again at once.
         // Handed back to the system before NVML's own allocations (~18 MB on an H200) come,
         // the two peaks do not add up, and the heap does not keep it for the agent's whole life.
-        let stalls = Stalls::load(config.probes, config.io_tracing);
-        let cuda = cuda::CudaTracing::load(config.probes, config.cuda_tracing);
+        let linger = |l| demand::effective_linger(l, config.series_interval);
+        let io_tracing = io_tracing::IoTracingConfig {
+            linger: linger(config.io_tracing.linger),
+            ..config.io_tracing
+        };
+        let cuda_tracing = cuda::CudaTracingConfig {
+            linger: linger(config.cuda_tracing.linger),
+            ..config.cuda_tracing
+        };
+        let stalls = Stalls::load(config.probes, io_tracing);
+        let cuda = cuda::CudaTracing::load(config.probes, cuda_tracing);
         #[cfg(target_env = "gnu")]
         // SAFETY: no preconditions; only returns free heap pages to the kernel.
         unsafe {
