@@ -80,7 +80,7 @@ fn the_model_and_the_units_import_nothing_above_them() {
 
 #[test]
 fn sources_never_name_the_sampler_analysis_health_or_outputs() {
-    layer_names_only("sources", &["model", "events", "caps"]);
+    layer_names_only("sources", &["model", "units", "events", "caps"]);
 }
 
 #[test]

@@ -46,6 +46,21 @@ pub fn check_interval(d: std::time::Duration) -> Result<(), String> {
     }
 }
 
+/// Bytes in a mebibyte, for figures shown in MiB (and rates in MiB/s).
+pub const MIB_F64: f64 = ByteSize::MIB as f64;
+/// Bytes in a gibibyte, for figures shown in GiB.
+pub const GIB_F64: f64 = ByteSize::GIB as f64;
+
+/// `bytes` in MiB.
+pub fn mib(bytes: f64) -> f64 {
+    bytes / MIB_F64
+}
+
+/// `bytes` in GiB.
+pub fn gib(bytes: f64) -> f64 {
+    bytes / GIB_F64
+}
+
 /// A size in bytes: a plain integer, or a number with a unit (`512MiB`, `2GiB`, `1.5GB`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ByteSize(pub u64);

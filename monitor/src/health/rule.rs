@@ -249,7 +249,7 @@ pub fn gpu_key(g: &Gpu) -> String {
         .unwrap_or_else(|| format!("index-{}", g.device.index))
 }
 
-pub(crate) const MIB: f64 = 1_048_576.0;
+pub(crate) use crate::units::MIB_F64 as MIB;
 
 /// `v` as a percentage, 0–100, or the error naming `field`.
 pub fn percent(field: &str, v: f64) -> Result<(), crate::field_error::FieldError> {

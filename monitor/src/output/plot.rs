@@ -437,11 +437,10 @@ where
     DB::ErrorType: 'static,
 {
     let green = RGBColor(44, 160, 44);
-    let gib = 1024.0 * 1024.0 * 1024.0;
     let mem: Vec<(f64, f64)> = w
         .samples
         .iter()
-        .map(|s| (t.x(s.unix_ms), s.gpu_memory_bytes / gib))
+        .map(|s| (t.x(s.unix_ms), crate::units::gib(s.gpu_memory_bytes)))
         .collect();
     let top = mem.iter().map(|p| p.1).fold(0.0, f64::max).max(1.0) * 1.15;
     let mut m = ChartBuilder::on(area)

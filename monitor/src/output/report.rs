@@ -4,12 +4,11 @@
 use super::escape::markdown as md;
 use crate::health::alerts::AlertState;
 use crate::recording::{AlertRow, Recording, WorkloadSeries};
-use crate::units::rfc3339;
+use crate::units::{rfc3339, GIB_F64 as GIB};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 const JOULES_PER_KWH: f64 = 3.6e6;
 
 /// The config file's `prices:`: what a GPU-hour held and a kWh cost, for the report's money

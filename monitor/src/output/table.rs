@@ -3,8 +3,6 @@ use super::escape;
 use crate::model::{Snapshot, SourceState};
 use std::fmt::Write;
 
-const GIB: f64 = (1u64 << 30) as f64;
-
 /// The most characters a cell shows: a tenant's name, image or label can be a megabyte (Rust's
 /// formatter refuses widths past 65,535, and every row would be as wide).
 const CELL_MAX_CHARS: usize = 160;
@@ -14,7 +12,7 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
 }
 
 fn gib(bytes: u64) -> String {
-    format!("{:.2}", bytes as f64 / GIB)
+    format!("{:.2}", crate::units::gib(bytes as f64))
 }
 
 /// Left-aligned columns sized to their widest cell, each cell cut to [`CELL_MAX_CHARS`] and

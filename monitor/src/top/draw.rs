@@ -11,7 +11,7 @@ use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table};
 use ratatui::Frame;
 
 fn gib(b: u64) -> f64 {
-    b as f64 / (1u64 << 30) as f64
+    crate::units::gib(b as f64)
 }
 
 impl View {

@@ -125,7 +125,7 @@ impl Gpm {
         };
         let value = |i: usize| raw(i).map(|v| v.min(100.0));
         let (start_unix_ms, end_unix_ms) = (self.taken_ms[previous], now_ms);
-        const MIB: f64 = (1u64 << 20) as f64;
+        use crate::units::MIB_F64 as MIB;
         Ok(Some(GpmSpan {
             activity: SmActivity {
                 start_unix_ms,
