@@ -25,10 +25,8 @@ pub(crate) struct ServeArgs {
 }
 
 pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
-    use gpuwatch::output::published::Published;
     use gpuwatch::serve::web_config::{BasicAuth, WebConfig};
     use gpuwatch::serve::{LatestRound, LoginGate, Site};
-    use std::collections::BTreeMap;
     use std::sync::{Arc, RwLock};
     let interval = args.run.interval(config)?;
     let agent_config = args.sources.agent_config(config);
@@ -96,9 +94,7 @@ pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
         Agent::start(&agent_config, Duration::from_secs(3)).context("starting the agent")?;
     args.privileges.apply(&agent, user.as_ref())?;
     let _ = site.heartbeat.set(agent.sampler.heartbeat());
-    let mut xid_totals: BTreeMap<u32, u64> = BTreeMap::new();
-    let mut accounting = gpuwatch::output::accounting::Accounting::default();
-    let mut recent = gpuwatch::output::recent::Recent::default();
+    let mut publisher = gpuwatch::output::published::Publisher::new(true);
     let result = gpuwatch::runtime::daemon::run_rounds(
         &mut agent,
         config,
@@ -106,16 +102,7 @@ pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
         args.run.duration,
         &stop,
         |snap, _, engine| -> Result<()> {
-            gpuwatch::output::published::count_xids(&mut xid_totals, &snap);
-            accounting.add(&snap);
-            recent.add(&snap);
-            let exported = Arc::new(Published {
-                snapshot: snap,
-                alerts: engine.active(),
-                xid_totals: xid_totals.clone(),
-                accounting: accounting.clone(),
-                recent: recent.clone(),
-            });
+            let exported = Arc::new(publisher.publish(snap, engine.active()));
             if let Ok(mut p) = published.write() {
                 *p = Some(exported);
             }

@@ -21,7 +21,6 @@ pub(crate) fn top(args: &TopArgs, config: &Config) -> Result<()> {
     use gpuwatch::output::published::Published;
     use gpuwatch::top::View;
     use ratatui::crossterm::event::{self, Event, KeyEventKind};
-    use std::collections::BTreeMap;
     use std::io::IsTerminal;
     use std::sync::atomic::Ordering;
     use std::time::Instant;
@@ -43,7 +42,7 @@ pub(crate) fn top(args: &TopArgs, config: &Config) -> Result<()> {
     let mut agent =
         Agent::start(&agent_config, Duration::from_secs(3)).context("starting the agent")?;
     let mut engine = AlertEngine::new(&config.alerts);
-    let mut xid_totals: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut publisher = gpuwatch::output::published::Publisher::new(false);
     // Each round's completed snapshots through the rules; the newest is shown.
     let mut publish = |agent: &mut Agent, shown: Option<Published>| -> Option<Published> {
         let mut latest = shown;
@@ -52,14 +51,7 @@ pub(crate) fn top(args: &TopArgs, config: &Config) -> Result<()> {
             // leaves the view to the others.
             let _ = args.gpus.apply(&mut snapshot);
             engine.evaluate(&snapshot);
-            gpuwatch::output::published::count_xids(&mut xid_totals, &snapshot);
-            latest = Some(Published {
-                snapshot,
-                alerts: engine.active(),
-                xid_totals: xid_totals.clone(),
-                accounting: Default::default(),
-                recent: Default::default(),
-            });
+            latest = Some(publisher.publish(snapshot, engine.active()));
         }
         latest
     };

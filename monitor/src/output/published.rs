@@ -20,9 +20,77 @@ pub struct Published {
     pub recent: Recent,
 }
 
-/// Adds the round's Xid events to the per-GPU totals [`Published::xid_totals`] carries.
-pub fn count_xids(totals: &mut BTreeMap<u32, u64>, s: &Snapshot) {
-    for g in &s.gpus {
-        *totals.entry(g.device.index).or_default() += g.device.xid_events.len() as u64;
+/// Builds each published round from a completed snapshot and the alerts then active, keeping
+/// what runs across rounds: the Xid totals, and for `serve` the accounting and the recent
+/// series (the web page's). `serve` and `top` publish through it alike.
+#[derive(Debug, Default)]
+pub struct Publisher {
+    xid_totals: BTreeMap<u32, u64>,
+    /// `None` where nothing reads them (`top`).
+    history: Option<(Accounting, Recent)>,
+}
+
+impl Publisher {
+    /// With `history`, each round also adds to the accounting and the recent series.
+    pub fn new(history: bool) -> Self {
+        Self {
+            xid_totals: BTreeMap::new(),
+            history: history.then(Default::default),
+        }
+    }
+
+    pub fn publish(&mut self, snapshot: Snapshot, alerts: Vec<Alert>) -> Published {
+        for g in &snapshot.gpus {
+            *self.xid_totals.entry(g.device.index).or_default() += g.device.xid_events.len() as u64;
+        }
+        let (accounting, recent) = match &mut self.history {
+            Some((accounting, recent)) => {
+                accounting.add(&snapshot);
+                recent.add(&snapshot);
+                (accounting.clone(), recent.clone())
+            }
+            None => Default::default(),
+        };
+        Published {
+            snapshot,
+            alerts,
+            xid_totals: self.xid_totals.clone(),
+            accounting,
+            recent,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::test_support::{container, gpu, snapshot};
+
+    fn round(xids: Vec<u64>) -> Snapshot {
+        let mut g = gpu(0);
+        g.device.xid_events = xids;
+        let mut s = snapshot(1_000, vec![g], vec![container("trainer")]);
+        s.window_seconds = Some(1.0);
+        s
+    }
+
+    #[test]
+    fn xid_totals_run_across_rounds_and_history_is_kept_only_when_asked() {
+        let mut serve = Publisher::new(true);
+        serve.publish(round(vec![79]), Vec::new());
+        let second = serve.publish(round(vec![79, 48]), Vec::new());
+        assert_eq!(second.xid_totals, BTreeMap::from([(0, 3)]));
+        assert!(
+            !second.accounting.workloads.is_empty(),
+            "serve keeps the accounting"
+        );
+
+        let mut top = Publisher::new(false);
+        let shown = top.publish(round(vec![79]), Vec::new());
+        assert_eq!(shown.xid_totals, BTreeMap::from([(0, 1)]));
+        assert!(
+            shown.accounting.workloads.is_empty(),
+            "top keeps no history"
+        );
     }
 }
