@@ -59,7 +59,7 @@ fn read(path: &std::path::Path) -> Result<gpuwatch::recording::Recording> {
 
 pub(crate) fn plot(args: &PlotArgs) -> Result<()> {
     let rec = read(&args.recording)?;
-    let summary = gpuwatch::output::report::summarise(&rec, "", &Default::default());
+    let summary = gpuwatch::recording::summary::summarise(&rec, "", &Default::default());
     let files =
         gpuwatch::output::plot::plot_all(&rec, &summary.containers, &args.output, &args.format)?;
     for f in files {
@@ -68,7 +68,10 @@ pub(crate) fn plot(args: &PlotArgs) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn report(args: &ReportArgs, prices: &gpuwatch::output::report::Prices) -> Result<()> {
+pub(crate) fn report(
+    args: &ReportArgs,
+    prices: &gpuwatch::recording::summary::Prices,
+) -> Result<()> {
     use gpuwatch::output::plot::{self, Format};
     use gpuwatch::output::report;
     let rec = read(&args.recording)?;
@@ -76,7 +79,7 @@ pub(crate) fn report(args: &ReportArgs, prices: &gpuwatch::output::report::Price
         || args.recording.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
     );
-    let summary = report::summarise(&rec, &name, prices);
+    let summary = gpuwatch::recording::summary::summarise(&rec, &name, prices);
     let to_stdout = args.output.as_os_str() == "-";
     let chart_key = |file: &std::path::Path| {
         file.file_stem()
@@ -168,13 +171,17 @@ pub(crate) struct CompareArgs {
 }
 
 pub(crate) fn compare(args: &CompareArgs) -> Result<()> {
-    use gpuwatch::output::{compare, report};
-    let summary = |path: &std::path::Path| -> Result<report::Report> {
+    use gpuwatch::output::compare;
+    let summary = |path: &std::path::Path| -> Result<gpuwatch::recording::summary::Report> {
         let name = path.file_name().map_or_else(
             || path.display().to_string(),
             |n| n.to_string_lossy().into_owned(),
         );
-        Ok(report::summarise(&read(path)?, &name, &Default::default()))
+        Ok(gpuwatch::recording::summary::summarise(
+            &read(path)?,
+            &name,
+            &Default::default(),
+        ))
     };
     let c = compare::compare(&summary(&args.before)?, &summary(&args.after)?);
     let text = if args.json {

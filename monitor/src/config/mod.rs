@@ -34,7 +34,7 @@ pub struct Config {
     pub alerts: AlertsConfig,
     pub notify: NotifyConfig,
     /// What a GPU-hour and a kWh cost, for `report`'s money figures.
-    pub prices: crate::output::report::Prices,
+    pub prices: crate::recording::summary::Prices,
 }
 
 impl Default for Config {

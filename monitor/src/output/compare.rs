@@ -6,7 +6,7 @@
 //! ratio is what the change bought in GPU work per second: for a job whose GPU work per step
 //! stays the same, its gain in step rate.
 use super::escape::markdown as md;
-use super::report::{ContainerSummary, Report};
+use crate::recording::summary::{ContainerSummary, Report};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -170,7 +170,7 @@ pub fn markdown(c: &Comparison) -> String {
 mod tests {
     use super::*;
     use crate::model::VerdictKind;
-    use crate::output::report::summarise;
+    use crate::recording::summary::summarise;
     use crate::recording::{Recording, WorkloadSample, WorkloadSeries};
 
     /// A recording of `jobs` (name, compose service, busy, verdict), 100 one-second samples on

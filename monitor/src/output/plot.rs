@@ -46,11 +46,11 @@ fn register_font() {
 }
 
 /// Writes every chart of `rec` into `dir`; returns the files written. `containers` is `rec`
-/// summarised ([`super::report::summarise`]): its GPU-hours by cause are the stacked bars, and a
+/// summarised ([`crate::recording::summary::summarise`]): its GPU-hours by cause are the stacked bars, and a
 /// caller that has the summary already (`report`) passes it rather than reading `rec` twice.
 pub fn plot_all(
     rec: &Recording,
-    containers: &[super::report::ContainerSummary],
+    containers: &[crate::recording::summary::ContainerSummary],
     dir: &Path,
     formats: &[Format],
 ) -> Result<Vec<PathBuf>, PlotError> {
@@ -506,7 +506,7 @@ const BUSY_COLOR: RGBColor = RGBColor(31, 119, 180);
 const UNKNOWN_COLOR: RGBColor = RGBColor(160, 160, 160);
 
 /// The bars of the containers that held GPUs, the most GPU-hours held first.
-fn held_bars(containers: &[super::report::ContainerSummary]) -> Vec<HeldBar> {
+fn held_bars(containers: &[crate::recording::summary::ContainerSummary]) -> Vec<HeldBar> {
     let mut bars: Vec<HeldBar> = containers
         .iter()
         .map(|c| {
@@ -702,8 +702,9 @@ mod tests {
             "cpu-only".into(),
             series("cpu-only", 0.0, &|_| VerdictKind::Idle, vec![]),
         );
-        let bars =
-            held_bars(&crate::output::report::summarise(&rec, "r", &Default::default()).containers);
+        let bars = held_bars(
+            &crate::recording::summary::summarise(&rec, "r", &Default::default()).containers,
+        );
         let names: Vec<&str> = bars.iter().map(|b| b.name.as_str()).collect();
         assert_eq!(
             names,

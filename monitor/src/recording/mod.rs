@@ -4,6 +4,7 @@
 //! columns still reads; a malformed cell is an error naming the file, line and column.
 pub mod jsonl;
 pub mod row;
+pub mod summary;
 pub mod writer;
 
 pub use writer::Writer;
