@@ -141,3 +141,28 @@ fn the_reader_of_the_rules_finds_what_it_checks() {
     std::fs::write(&f, "use crate::{a, b::c};\nfn f() { crate::d::e(); }\n").unwrap();
     assert_eq!(named_modules(&f), ["a", "b", "d"]);
 }
+
+/// The doctor's registry names the conditions; no condition, nor the check they share, nor the
+/// doctor's configuration names the registry back (each condition's levels sit beside its alert
+/// rule, and the registry gathers them): no import circle in `health/`.
+#[test]
+fn the_conditions_never_name_the_doctors_registry() {
+    let health = src().join("health");
+    let mut files = vec![health.join("check.rs"), health.join("doctor_config.rs")];
+    rust_files(&health.join("conditions"), &mut files);
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let code = line.trim_start();
+            if code.starts_with("//") {
+                continue;
+            }
+            assert!(
+                !code.contains("doctor::") && !code.ends_with("doctor;"),
+                "{}:{}: {line}",
+                file.display(),
+                n + 1
+            );
+        }
+    }
+}

@@ -13,7 +13,7 @@ use crate::analysis::headroom::HeadroomConfig;
 use crate::analysis::verdict::VerdictConfig;
 use crate::field_error::FieldError;
 use crate::health::alerts::AlertsConfig;
-use crate::health::doctor::DoctorConfig;
+use crate::health::doctor_config::DoctorConfig;
 use crate::notify::NotifyConfig;
 use crate::units::duration;
 use locate::KeyPlaces;

@@ -1,7 +1,7 @@
 //! What a doctor check is: a condition looked at over a window of snapshots (start values,
 //! peaks, trends), with a status per subject — ok, warning or risk — the measured value, the
 //! threshold and what to do. Which checks exist is the registry's ([`super::doctor`]).
-use super::doctor::DoctorConfig;
+use super::doctor_config::DoctorConfig;
 use crate::model::{Gpu, Snapshot};
 use serde::Serialize;
 use std::collections::BTreeSet;

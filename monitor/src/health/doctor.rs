@@ -9,92 +9,27 @@ use super::conditions::{
     gpu_memory_high, gpu_temperature_high, gpu_xid_errors, host_namespaces, launch_gpus,
     nvml_latency, persistence_mode, sources, start_temperature, throttling,
 };
-use crate::field_error::FieldError;
+pub use super::doctor_config::DoctorConfig;
 use crate::model::Snapshot;
-use crate::units::{duration, ByteSize};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::time::Duration;
 
-/// The config file's `doctor:` section: the monitoring articles' thresholds, adjustable.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DoctorConfig {
-    /// How long `doctor` samples.
-    #[serde(with = "duration")]
-    pub window: Duration,
-    pub start_temperature_ok_celsius: u32,
-    pub start_temperature_risk_celsius: u32,
-    pub peak_temperature_ok_celsius: u32,
-    pub peak_temperature_risk_celsius: u32,
-    pub gpu_memory_ok_percent: f64,
-    pub gpu_memory_risk_percent: f64,
-    pub container_memory_ok: ByteSize,
-    pub container_memory_risk: ByteSize,
-    #[serde(with = "duration")]
-    pub nvml_latency_ok: Duration,
-    #[serde(with = "duration")]
-    pub nvml_latency_risk: Duration,
-}
-
+/// Each condition's own levels, written beside its alert rule.
 impl Default for DoctorConfig {
     fn default() -> Self {
         Self {
             window: Duration::from_secs(5),
-            start_temperature_ok_celsius: 45,
-            start_temperature_risk_celsius: 55,
-            peak_temperature_ok_celsius: 80,
-            peak_temperature_risk_celsius: 83,
-            gpu_memory_ok_percent: 85.0,
-            gpu_memory_risk_percent: 92.0,
-            container_memory_ok: ByteSize(2 * ByteSize::GIB),
-            container_memory_risk: ByteSize(3 * ByteSize::GIB),
-            nvml_latency_ok: Duration::from_millis(100),
-            nvml_latency_risk: Duration::from_millis(500),
+            start_temperature_ok_celsius: start_temperature::DOCTOR.ok,
+            start_temperature_risk_celsius: start_temperature::DOCTOR.risk,
+            peak_temperature_ok_celsius: gpu_temperature_high::DOCTOR.ok,
+            peak_temperature_risk_celsius: gpu_temperature_high::DOCTOR.risk,
+            gpu_memory_ok_percent: gpu_memory_high::DOCTOR.ok,
+            gpu_memory_risk_percent: gpu_memory_high::DOCTOR.risk,
+            container_memory_ok: container_memory::DOCTOR.ok,
+            container_memory_risk: container_memory::DOCTOR.risk,
+            nvml_latency_ok: nvml_latency::DOCTOR.ok,
+            nvml_latency_risk: nvml_latency::DOCTOR.risk,
         }
-    }
-}
-
-impl DoctorConfig {
-    pub fn validate(&self) -> Result<(), FieldError> {
-        let order = |name: &str, ok: f64, risk: f64| {
-            if ok <= risk {
-                Ok(())
-            } else {
-                Err(FieldError::new(
-                    format!("{name}_ok"),
-                    format!("the ok level ({ok}) is above the risk level ({risk})"),
-                ))
-            }
-        };
-        order(
-            "start_temperature",
-            f64::from(self.start_temperature_ok_celsius),
-            f64::from(self.start_temperature_risk_celsius),
-        )?;
-        order(
-            "peak_temperature",
-            f64::from(self.peak_temperature_ok_celsius),
-            f64::from(self.peak_temperature_risk_celsius),
-        )?;
-        order(
-            "gpu_memory",
-            self.gpu_memory_ok_percent,
-            self.gpu_memory_risk_percent,
-        )?;
-        order(
-            "container_memory",
-            self.container_memory_ok.0 as f64,
-            self.container_memory_risk.0 as f64,
-        )?;
-        order(
-            "nvml_latency",
-            self.nvml_latency_ok.as_secs_f64(),
-            self.nvml_latency_risk.as_secs_f64(),
-        )?;
-        if self.window < Duration::from_secs(1) {
-            return Err(FieldError::new("window", "must be at least 1s"));
-        }
-        Ok(())
     }
 }
 

@@ -13,6 +13,7 @@ pub mod alerts;
 pub mod check;
 pub mod conditions;
 pub mod doctor;
+pub mod doctor_config;
 pub mod rule;
 pub mod rules;
 pub mod trend;

@@ -5,12 +5,19 @@
 //! kernel gives back under pressure; a cache squeezed by a limit is `container_memory_limit`'s
 //! subject. Doctor; the alert for sustained growth is `cpu_memory_leak`.
 use crate::health::check::{level, Checks, Status, Window};
+use crate::health::doctor_config::Levels;
 use crate::health::trend::Series;
 use crate::model::WorkloadKind;
 use crate::units::ByteSize;
 use std::collections::BTreeMap;
 
 pub const NAME: &str = "container_memory";
+
+/// Doctor's levels for a container's own memory (page cache left out).
+pub const DOCTOR: Levels<ByteSize> = Levels {
+    ok: ByteSize(2 * ByteSize::GIB),
+    risk: ByteSize(3 * ByteSize::GIB),
+};
 
 pub fn examine(window: &Window<'_>, out: &mut Checks) {
     let c = window.config;

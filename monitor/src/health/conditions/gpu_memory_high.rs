@@ -3,6 +3,7 @@
 //! check at the window's peak, a risk only while it is still growing.
 use crate::field_error::FieldError;
 use crate::health::check::{gpu_subject, level, Checks, Status, Window};
+use crate::health::doctor_config::Levels;
 use crate::health::rule::{
     gpu_key, percent, rule_config, Finding, Outcome, Outcomes, Round, Rule, Severity, MIB,
 };
@@ -10,6 +11,13 @@ use crate::model::DeviceReading;
 use std::time::Duration;
 
 pub const NAME: &str = "gpu_memory_high";
+
+/// Doctor's levels before a launch, lower than the rule's `above_percent` (95) that alerts on a
+/// running job: a new job needs room.
+pub const DOCTOR: Levels<f64> = Levels {
+    ok: 85.0,
+    risk: 92.0,
+};
 
 rule_config! {
     /// A GPU's memory use above a share of its total.

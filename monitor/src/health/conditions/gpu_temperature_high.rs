@@ -1,12 +1,17 @@
 //! `gpu_temperature_high`: a GPU running hot (the monitoring article's "> 83 °C for more than
 //! 3 minutes"). The alert rule looks at each snapshot; the doctor check at the window's peak.
 use crate::health::check::{gpu_subject, level, Checks, Window};
+use crate::health::doctor_config::Levels;
 use crate::health::rule::{
     gpu_key, rule_config, Finding, Outcome, Outcomes, Round, Rule, Severity,
 };
 use std::time::Duration;
 
 pub const NAME: &str = "gpu_temperature_high";
+
+/// Doctor's levels for the hottest reading in its window; the alert fires above the rule's
+/// `above_celsius` (83) held for 3 minutes.
+pub const DOCTOR: Levels<u32> = Levels { ok: 80, risk: 83 };
 
 rule_config! {
     /// A GPU hotter than a threshold.

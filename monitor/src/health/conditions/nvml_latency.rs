@@ -1,8 +1,16 @@
 //! `nvml_latency`: the slowest round of NVML queries in the window — a driver that answers
 //! slowly (no persistence daemon, a driver in trouble). Doctor.
 use crate::health::check::{level, Checks, Window};
+use crate::health::doctor_config::Levels;
+use std::time::Duration;
 
 pub const NAME: &str = "nvml_latency";
+
+/// Doctor's levels for the slowest round of NVML queries in its window.
+pub const DOCTOR: Levels<Duration> = Levels {
+    ok: Duration::from_millis(100),
+    risk: Duration::from_millis(500),
+};
 
 pub fn examine(window: &Window<'_>, out: &mut Checks) {
     if !window.last().sources.nvml.up {

@@ -4,9 +4,13 @@
 //! does not hold the launch (on a shared host another team's GPU at 62 °C made
 //! `gpuwatch doctor && python train.py` never start).
 use crate::health::check::{gpu_subject, level, Checks, Status, Window};
+use crate::health::doctor_config::Levels;
 use crate::model::{Gpu, Snapshot};
 
 pub const NAME: &str = "start_temperature";
+
+/// Doctor's levels for a GPU's temperature before a launch (an idle GPU runs near 30–45 °C).
+pub const DOCTOR: Levels<u32> = Levels { ok: 45, risk: 55 };
 
 /// A GPU busy at least this share of the window is in use by its holders.
 const IN_USE_BUSY: f64 = 0.05;

@@ -1,6 +1,6 @@
 //! Helpers the conditions' unit tests share.
 use crate::health::check::{Checks, Examine, Status, Window};
-use crate::health::doctor::DoctorConfig;
+use crate::health::doctor_config::DoctorConfig;
 use crate::health::rule::{Outcomes, Round, Rule};
 use crate::model::{Snapshot, Verdict, VerdictKind};
 
