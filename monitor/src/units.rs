@@ -14,16 +14,33 @@ pub mod duration {
     }
 }
 
+/// A value that is not what its unit reads: a duration, an interval, a size.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UnitError {
+    #[error("{0:?}: seconds must be a finite number, 0 or more")]
+    Seconds(String),
+    #[error("{input:?} is neither seconds nor a duration like 500ms or 2m ({why})")]
+    Duration { input: String, why: String },
+    #[error("{} is outside 100ms to 24h", humantime::format_duration(*.0))]
+    Interval(std::time::Duration),
+    #[error("{0:?} is not a size (like 512MiB or 2GiB)")]
+    Size(String),
+    #[error("unknown size unit {unit:?} in {input:?}")]
+    SizeUnit { unit: String, input: String },
+}
+
 /// A command-line duration: a plain number is seconds (`--interval 1`, as `nvidia-smi -l 1` and
 /// `gpustat -i 1` take it), anything else a humantime duration (`500ms`, `2m`).
-pub fn seconds_or_duration(s: &str) -> Result<std::time::Duration, String> {
+pub fn seconds_or_duration(s: &str) -> Result<std::time::Duration, UnitError> {
     let t = s.trim();
     if let Ok(secs) = t.parse::<f64>() {
         return std::time::Duration::try_from_secs_f64(secs)
-            .map_err(|_| format!("{s:?}: seconds must be a finite number, 0 or more"));
+            .map_err(|_| UnitError::Seconds(s.to_owned()));
     }
-    humantime::parse_duration(t)
-        .map_err(|e| format!("{s:?} is neither seconds nor a duration like 500ms or 2m ({e})"))
+    humantime::parse_duration(t).map_err(|e| UnitError::Duration {
+        input: s.to_owned(),
+        why: e.to_string(),
+    })
 }
 
 /// The shortest sampling interval: a round costs milliseconds of CPU, rounds wait for the GPU
@@ -35,14 +52,11 @@ pub const INTERVAL_MIN: std::time::Duration = std::time::Duration::from_millis(1
 pub const INTERVAL_MAX: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// Why `d` is no sampling interval, or `Ok`.
-pub fn check_interval(d: std::time::Duration) -> Result<(), String> {
+pub fn check_interval(d: std::time::Duration) -> Result<(), UnitError> {
     if (INTERVAL_MIN..=INTERVAL_MAX).contains(&d) {
         Ok(())
     } else {
-        Err(format!(
-            "{} is outside 100ms to 24h",
-            humantime::format_duration(d)
-        ))
+        Err(UnitError::Interval(d))
     }
 }
 
@@ -69,15 +83,13 @@ impl ByteSize {
     pub const MIB: u64 = 1 << 20;
     pub const GIB: u64 = 1 << 30;
 
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, UnitError> {
         let s = s.trim();
         let split = s
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .unwrap_or(s.len());
         let (number, unit) = s.split_at(split);
-        let number: f64 = number
-            .parse()
-            .map_err(|_| format!("{s:?} is not a size (like 512MiB or 2GiB)"))?;
+        let number: f64 = number.parse().map_err(|_| UnitError::Size(s.to_owned()))?;
         let scale = match unit.trim() {
             "" | "B" => 1.0,
             "KiB" => 1024.0,
@@ -88,7 +100,12 @@ impl ByteSize {
             "MB" => 1e6,
             "GB" => 1e9,
             "TB" => 1e12,
-            other => return Err(format!("unknown size unit {other:?} in {s:?}")),
+            other => {
+                return Err(UnitError::SizeUnit {
+                    unit: other.to_owned(),
+                    input: s.to_owned(),
+                })
+            }
         };
         Ok(Self((number * scale).round() as u64))
     }

@@ -330,12 +330,21 @@ impl SourceArgs {
 /// A flag set by SIGINT or SIGTERM.
 /// The socket path of a `DOCKER_HOST` value: `unix:///run/user/1000/docker.sock` (rootless
 /// Docker, Podman's Docker-compatible socket). TCP and SSH addresses are not supported.
-fn docker_host_socket(host: &str) -> Result<PathBuf, String> {
+fn docker_host_socket(host: &str) -> Result<PathBuf, DockerHostError> {
     match host.strip_prefix("unix://") {
         Some(path) if path.starts_with('/') => Ok(PathBuf::from(path)),
-        Some(_) => Err("a unix:// address needs an absolute path".into()),
-        None => Err("only unix:// sockets are supported".into()),
+        Some(_) => Err(DockerHostError::RelativePath),
+        None => Err(DockerHostError::NotUnix),
     }
+}
+
+/// Why a `DOCKER_HOST` value names no socket the agent can use.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+enum DockerHostError {
+    #[error("a unix:// address needs an absolute path")]
+    RelativePath,
+    #[error("only unix:// sockets are supported")]
+    NotUnix,
 }
 
 /// SIGINT and SIGTERM stop the loop cleanly. SIGHUP (what `systemctl reload` and many
@@ -380,6 +389,7 @@ mod tests {
         );
         assert!(docker_host_socket("tcp://10.0.0.1:2376")
             .unwrap_err()
+            .to_string()
             .contains("unix://"));
         assert!(docker_host_socket("unix://relative.sock").is_err());
     }

@@ -149,9 +149,10 @@ impl Config {
 
     /// Checks that values make sense together; returns the offending field's dotted path.
     fn validate(&self) -> Result<(), FieldError> {
-        crate::units::check_interval(self.interval).map_err(|m| FieldError::new("interval", m))?;
+        crate::units::check_interval(self.interval)
+            .map_err(|e| FieldError::new("interval", e.to_string()))?;
         crate::units::check_interval(self.sources.nvml_series_interval)
-            .map_err(|m| FieldError::new("sources.nvml_series_interval", m))?;
+            .map_err(|e| FieldError::new("sources.nvml_series_interval", e.to_string()))?;
         self.sources
             .read_tracing
             .validate()

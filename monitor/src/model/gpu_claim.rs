@@ -105,7 +105,7 @@ impl ClaimedDevices {
 
 impl DeviceRef {
     /// The NVML index of the GPU this names among `gpus`, or why none.
-    pub fn find(&self, gpus: &[super::Gpu]) -> Result<u32, String> {
+    pub fn find(&self, gpus: &[super::Gpu]) -> Result<u32, NoSuchGpu> {
         let by =
             |f: &dyn Fn(&super::Gpu) -> bool| gpus.iter().find(|g| f(g)).map(|g| g.device.index);
         let found = match self {
@@ -117,15 +117,24 @@ impl DeviceRef {
                     .is_some_and(|v| v.eq_ignore_ascii_case(u))
             }),
             DeviceRef::Minor(m) => by(&|g| g.device.minor_number == Some(*m)),
-            DeviceRef::MigIndex(..) | DeviceRef::MigUuid(_) => {
-                return Err("a MIG instance (gpuwatch does not enumerate MIG instances)".into())
-            }
+            DeviceRef::MigIndex(..) | DeviceRef::MigUuid(_) => return Err(NoSuchGpu::Mig),
         };
-        found.ok_or_else(|| match gpus.len() {
-            0 => "NVML lists no GPU".to_owned(),
-            n => format!("no such GPU among the {n} NVML lists"),
+        found.ok_or(match gpus.len() {
+            0 => NoSuchGpu::NoneListed,
+            n => NoSuchGpu::NotAmong(n),
         })
     }
+}
+
+/// Why a reference names no GPU of this host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NoSuchGpu {
+    #[error("a MIG instance (gpuwatch does not enumerate MIG instances)")]
+    Mig,
+    #[error("NVML lists no GPU")]
+    NoneListed,
+    #[error("no such GPU among the {0} NVML lists")]
+    NotAmong(usize),
 }
 
 pub fn parse_visible_devices(text: &str) -> ClaimedDevices {

@@ -344,8 +344,23 @@ fn command_worker(c: &CommandConfig, rx: &Receiver<Vec<u8>>, events: &EventCount
     }
 }
 
-fn run_command(c: &CommandConfig, body: &[u8]) -> Result<(), String> {
-    let alert: serde_json::Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+/// Why a command notifier's run failed.
+#[derive(Debug, thiserror::Error)]
+enum CommandError {
+    #[error("the alert body is not JSON: {0}")]
+    Body(serde_json::Error),
+    #[error("cannot start: {0}")]
+    Start(std::io::Error),
+    #[error("exited with {0}")]
+    Exited(std::process::ExitStatus),
+    #[error("killed after {0:?}")]
+    TimedOut(std::time::Duration),
+    #[error("waiting for it: {0}")]
+    Wait(std::io::Error),
+}
+
+fn run_command(c: &CommandConfig, body: &[u8]) -> Result<(), CommandError> {
+    let alert: serde_json::Value = serde_json::from_slice(body).map_err(CommandError::Body)?;
     let field = |path: &[&str]| {
         let mut v = &alert;
         for p in path {
@@ -363,7 +378,7 @@ fn run_command(c: &CommandConfig, body: &[u8]) -> Result<(), String> {
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .spawn()
-        .map_err(|e| format!("cannot start: {e}"))?;
+        .map_err(CommandError::Start)?;
     if let Some(mut stdin) = child.stdin.take() {
         // A command that ignores its input closes the pipe early; that is its business.
         let _ = stdin.write_all(body);
@@ -372,14 +387,14 @@ fn run_command(c: &CommandConfig, body: &[u8]) -> Result<(), String> {
     loop {
         match child.try_wait() {
             Ok(Some(status)) if status.success() => return Ok(()),
-            Ok(Some(status)) => return Err(format!("exited with {status}")),
+            Ok(Some(status)) => return Err(CommandError::Exited(status)),
             Ok(None) if Instant::now() >= until => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("killed after {:?}", c.timeout));
+                return Err(CommandError::TimedOut(c.timeout));
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(CommandError::Wait(e)),
         }
     }
 }

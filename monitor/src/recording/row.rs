@@ -140,14 +140,19 @@ impl std::fmt::Display for Record {
     }
 }
 
-impl std::str::FromStr for Record {
-    type Err = String;
+/// A `record` cell that names no record type.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown record type {0:?} (gpu, workload or alert)")]
+pub struct UnknownRecord(pub String);
 
-    fn from_str(s: &str) -> Result<Self, String> {
+impl std::str::FromStr for Record {
+    type Err = UnknownRecord;
+
+    fn from_str(s: &str) -> Result<Self, UnknownRecord> {
         Self::ALL
             .into_iter()
             .find(|r| r.as_str() == s)
-            .ok_or_else(|| format!("unknown record type {s:?} (gpu, workload or alert)"))
+            .ok_or_else(|| UnknownRecord(s.to_owned()))
     }
 }
 
