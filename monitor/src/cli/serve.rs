@@ -26,7 +26,7 @@ pub(crate) struct ServeArgs {
 
 pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
     use gpuwatch::serve::web_config::{BasicAuth, WebConfig};
-    use gpuwatch::serve::{LatestRound, LoginGate, Site};
+    use gpuwatch::serve::{LatestPublished, LoginGate, Site};
     use std::sync::{Arc, RwLock};
     let interval = args.run.interval(config)?;
     let agent_config = args.sources.agent_config(config);
@@ -49,7 +49,7 @@ pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
             .with_context(|| format!("web config: value of header {k}"))?;
         headers.push((name, value));
     }
-    let published: LatestRound = Arc::new(RwLock::new(None));
+    let published: LatestPublished = Arc::new(RwLock::new(None));
     let site = Arc::new(Site {
         published: published.clone(),
         auth: BasicAuth::new(web.basic_auth_users.clone()).map(LoginGate::new),

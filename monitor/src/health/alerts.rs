@@ -97,7 +97,7 @@ pub struct Alert {
 
 /// What one round of evaluation produced.
 #[derive(Debug, Default)]
-pub struct RoundOutcome {
+pub struct Transitions {
     /// Firing and resolved transitions to notify.
     pub notify: Vec<Alert>,
     /// Transitions the rate limit held back.
@@ -128,7 +128,7 @@ impl AlertEngine {
     }
 
     /// Runs the rules on one snapshot and moves every alert along its lifecycle.
-    pub fn evaluate(&mut self, snap: &Snapshot) -> RoundOutcome {
+    pub fn evaluate(&mut self, snap: &Snapshot) -> Transitions {
         // Durations on the monotonic clock; the times shown are the wall clock's.
         let (now, wall) = (snap.monotonic_ms, snap.taken_at_unix_ms);
         let evaluations = self.rules.evaluate(snap);
@@ -178,7 +178,7 @@ impl AlertEngine {
                 transitions.push(a);
             }
         }
-        let mut out = RoundOutcome::default();
+        let mut out = Transitions::default();
         while self
             .sent
             .front()

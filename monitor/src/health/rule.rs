@@ -65,7 +65,7 @@ pub(crate) use rule_config;
 /// An alert rule. Each round it appends one [`Outcome`] per subject it applies to; a subject it
 /// no longer reports resolves (its container stopped, its process went away).
 pub trait Rule: Send {
-    fn evaluate(&mut self, round: &Round<'_>, out: &mut Outcomes);
+    fn evaluate(&mut self, round: &SnapshotView<'_>, out: &mut Outcomes);
 }
 
 /// What one rule says about its subjects in one round: (key, subject, outcome), the key naming
@@ -169,12 +169,12 @@ pub enum Outcome {
 }
 
 /// One snapshot as the rules read it, with the lookups several rules share.
-pub struct Round<'a> {
+pub struct SnapshotView<'a> {
     pub snap: &'a Snapshot,
     workloads: HashMap<&'a WorkloadId, &'a Workload>,
 }
 
-impl<'a> Round<'a> {
+impl<'a> SnapshotView<'a> {
     pub fn new(snap: &'a Snapshot) -> Self {
         Self {
             snap,

@@ -5,7 +5,7 @@ use super::conditions::{
     ghost_process, gpu_allocated_idle, gpu_ecc_errors, gpu_imbalance, gpu_lost, gpu_memory_high,
     gpu_temperature_high, gpu_underutilized, gpu_xid_errors, memory_leak, power_cap_low_util,
 };
-use super::rule::{Evaluation, Outcomes, Round, Rule, Severity};
+use super::rule::{Evaluation, Outcomes, Rule, Severity, SnapshotView};
 use crate::field_error::FieldError;
 use crate::model::Snapshot;
 use serde::Deserialize;
@@ -114,7 +114,7 @@ impl Rules {
 
     /// Every enabled rule's outcome for each of its subjects in `snap`.
     pub fn evaluate(&mut self, snap: &Snapshot) -> Vec<Evaluation> {
-        let round = Round::new(snap);
+        let round = SnapshotView::new(snap);
         let mut out = Vec::new();
         let mut outcomes = Outcomes::new();
         for r in &mut self.0 {

@@ -7,7 +7,7 @@
 use super::{rounds, Agent, Schedule};
 use crate::config::Config;
 use crate::events::InternalEvent;
-use crate::health::alerts::{AlertEngine, RoundOutcome};
+use crate::health::alerts::{AlertEngine, Transitions};
 use crate::model::Snapshot;
 use crate::notify::Notifier;
 use std::sync::atomic::AtomicBool;
@@ -22,7 +22,7 @@ pub fn run_rounds<E>(
     interval: Duration,
     duration: Option<Duration>,
     stop: &AtomicBool,
-    mut each: impl FnMut(Snapshot, &RoundOutcome, &AlertEngine) -> Result<(), E>,
+    mut each: impl FnMut(Snapshot, &Transitions, &AlertEngine) -> Result<(), E>,
 ) -> Result<(), E> {
     let events = agent.events.clone();
     // Started at the first snapshot, which names the host the notifications come from.

@@ -8,8 +8,8 @@
 //! covers them.
 pub mod attribution;
 mod busy_split;
+mod cgroup_vetting;
 mod cgroups;
-mod claims;
 mod container_config;
 pub mod cuda;
 pub mod demand;
@@ -124,7 +124,7 @@ pub struct Sampler {
     cgroup_ns: NamespaceRoot,
     container_configs: ConfigReader,
     /// The engine's containers' own cgroup paths, to tell a container from a look-alike.
-    claims: claims::ContainerClaims,
+    vetting: cgroup_vetting::CgroupVetting,
     cgroups: HashMap<WorkloadId, WorkloadCgroup>,
     previous: HashMap<WorkloadId, Previous>,
     previous_at: Option<(Instant, u64)>,
@@ -210,7 +210,7 @@ impl Sampler {
             proc_root: config.proc_root.clone(),
             cgroup_ns,
             container_configs: ConfigReader::default(),
-            claims: claims::ContainerClaims::default(),
+            vetting: cgroup_vetting::CgroupVetting::default(),
             cgroups: HashMap::new(),
             previous: HashMap::new(),
             previous_at: None,
@@ -444,7 +444,7 @@ impl Sampler {
             self.cuda.end_round(&self.proc_root);
         }
         self.cgroups.retain(|id, _| workloads.contains_key(id));
-        self.claims.retain_listed(self.docker.as_deref());
+        self.vetting.retain_listed(self.docker.as_deref());
         self.previous_at = Some((started, now_us));
 
         let sources = Sources {
@@ -548,7 +548,7 @@ impl Sampler {
         };
         match self.processes.resolve(pid) {
             Ok(info) => {
-                let workload = self.claims.vet(
+                let workload = self.vetting.vet(
                     info.workload.clone(),
                     info.membership.identity_path(),
                     self.docker.as_deref(),

@@ -43,11 +43,11 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 /// The last published round, shared between the sampling loop and the HTTP tasks.
-pub type LatestRound = Arc<RwLock<Option<Arc<Published>>>>;
+pub type LatestPublished = Arc<RwLock<Option<Arc<Published>>>>;
 
 /// What every request handler needs.
 pub struct Site {
-    pub published: LatestRound,
+    pub published: LatestPublished,
     pub auth: Option<LoginGate>,
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// `/-/ready` turns false when the last published round is older than this (three

@@ -3,8 +3,8 @@
 //! rule (which names the container the process was last seen in) and a doctor check.
 use crate::health::check::{Checks, Status, Window};
 use crate::health::rule::{
-    gpu_key, rule_config, ContainerRef, Finding, GpuRef, Outcome, Outcomes, Round, Rule, Severity,
-    Subject, MIB,
+    gpu_key, rule_config, ContainerRef, Finding, GpuRef, Outcome, Outcomes, Rule, Severity,
+    SnapshotView, Subject, MIB,
 };
 use crate::model::{Gpu, GpuProcess, Workload, WorkloadKind};
 use std::collections::{HashMap, HashSet};
@@ -33,7 +33,7 @@ impl GhostRule {
 }
 
 impl Rule for GhostRule {
-    fn evaluate(&mut self, round: &Round<'_>, out: &mut Outcomes) {
+    fn evaluate(&mut self, round: &SnapshotView<'_>, out: &mut Outcomes) {
         let mut live = HashSet::new();
         let docker_up = round.snap.sources.docker.up;
         for g in &round.snap.gpus {
@@ -139,7 +139,7 @@ fn ghost_outcome(
 /// warning ("unverified"), since it may be a healthy job.
 pub fn examine(window: &Window<'_>, out: &mut Checks) {
     let last = window.last();
-    let round = Round::new(last);
+    let round = SnapshotView::new(last);
     let mut ghosts = 0;
     for g in &last.gpus {
         for p in &g.processes {

@@ -4,7 +4,8 @@
 //! container and GPU; doctor's check of the same name is among the container's configuration
 //! checks ([`super::container_config`]).
 use crate::health::rule::{
-    rule_config, ContainerRef, Finding, GpuRef, Outcome, Outcomes, Round, Rule, Severity, Subject,
+    rule_config, ContainerRef, Finding, GpuRef, Outcome, Outcomes, Rule, Severity, SnapshotView,
+    Subject,
 };
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ rule_config! {
 }
 
 impl Rule for Config {
-    fn evaluate(&mut self, round: &Round<'_>, out: &mut Outcomes) {
+    fn evaluate(&mut self, round: &SnapshotView<'_>, out: &mut Outcomes) {
         let snap = round.snap;
         for w in snap.workloads.iter().filter(|w| !w.exited) {
             let Some(a) = w.config.as_ref().and_then(|c| c.gpus.as_ref()) else {

@@ -2,7 +2,7 @@
 //! corrupt. An alert rule and a doctor check (absent where ECC is not supported).
 use crate::health::check::{gpu_subject, Checks, Status, Window};
 use crate::health::rule::{
-    gpu_key, rule_config, Finding, Outcome, Outcomes, Round, Rule, Severity,
+    gpu_key, rule_config, Finding, Outcome, Outcomes, Rule, Severity, SnapshotView,
 };
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ rule_config! {
 }
 
 impl Rule for Config {
-    fn evaluate(&mut self, round: &Round<'_>, out: &mut Outcomes) {
+    fn evaluate(&mut self, round: &SnapshotView<'_>, out: &mut Outcomes) {
         for g in round.readable_gpus() {
             let d = &g.device;
             let outcome = match d.ecc_uncorrected_volatile {

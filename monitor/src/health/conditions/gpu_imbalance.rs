@@ -2,7 +2,7 @@
 //! distributed job wait on each other (the nvidia-smi article's DDP check). An alert rule.
 use crate::field_error::FieldError;
 use crate::health::rule::{
-    percent, rule_config, Finding, Outcome, Outcomes, Round, Rule, Severity,
+    percent, rule_config, Finding, Outcome, Outcomes, Rule, Severity, SnapshotView,
 };
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ impl Config {
 }
 
 impl Rule for Config {
-    fn evaluate(&mut self, round: &Round<'_>, out: &mut Outcomes) {
+    fn evaluate(&mut self, round: &SnapshotView<'_>, out: &mut Outcomes) {
         for w in round.gpu_holders().filter(|w| w.gpu.per_gpu.len() >= 2) {
             let busy: Vec<(u32, f64)> = w
                 .gpu
@@ -63,7 +63,7 @@ impl Rule for Config {
                 (None, _, _) => Outcome::Unknown,
                 _ => Outcome::Clear,
             };
-            out.push((w.id.to_string(), Round::workload_subject(w), outcome));
+            out.push((w.id.to_string(), SnapshotView::workload_subject(w), outcome));
         }
     }
 }

@@ -2,7 +2,7 @@
 //! check; nothing else on a lost GPU can be read, so every other GPU condition skips it.
 use crate::health::check::{gpu_subject, Checks, Status, Window};
 use crate::health::rule::{
-    gpu_key, rule_config, Finding, Outcome, Outcomes, Round, Rule, Severity,
+    gpu_key, rule_config, Finding, Outcome, Outcomes, Rule, Severity, SnapshotView,
 };
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ rule_config! {
 }
 
 impl Rule for Config {
-    fn evaluate(&mut self, round: &Round<'_>, out: &mut Outcomes) {
+    fn evaluate(&mut self, round: &SnapshotView<'_>, out: &mut Outcomes) {
         for g in &round.snap.gpus {
             let outcome = if g.device.lost {
                 Outcome::Breached(Finding {

@@ -5,7 +5,7 @@ use crate::field_error::FieldError;
 use crate::health::check::{gpu_subject, level, Checks, Status, Window};
 use crate::health::doctor_config::Levels;
 use crate::health::rule::{
-    gpu_key, percent, rule_config, Finding, Outcome, Outcomes, Round, Rule, Severity, MIB,
+    gpu_key, percent, rule_config, Finding, Outcome, Outcomes, Rule, Severity, SnapshotView, MIB,
 };
 use crate::model::DeviceReading;
 use std::time::Duration;
@@ -40,7 +40,7 @@ fn used_percent(d: &DeviceReading) -> Option<f64> {
 }
 
 impl Rule for Config {
-    fn evaluate(&mut self, round: &Round<'_>, out: &mut Outcomes) {
+    fn evaluate(&mut self, round: &SnapshotView<'_>, out: &mut Outcomes) {
         for g in round.readable_gpus() {
             let d = &g.device;
             let outcome = match used_percent(d) {

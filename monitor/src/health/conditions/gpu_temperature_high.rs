@@ -3,7 +3,7 @@
 use crate::health::check::{gpu_subject, level, Checks, Window};
 use crate::health::doctor_config::Levels;
 use crate::health::rule::{
-    gpu_key, rule_config, Finding, Outcome, Outcomes, Round, Rule, Severity,
+    gpu_key, rule_config, Finding, Outcome, Outcomes, Rule, Severity, SnapshotView,
 };
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ rule_config! {
 }
 
 impl Rule for Config {
-    fn evaluate(&mut self, round: &Round<'_>, out: &mut Outcomes) {
+    fn evaluate(&mut self, round: &SnapshotView<'_>, out: &mut Outcomes) {
         for g in round.readable_gpus() {
             let d = &g.device;
             let outcome = match d.temperature_celsius {

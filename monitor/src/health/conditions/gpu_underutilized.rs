@@ -2,7 +2,7 @@
 //! article's "utilisation < 30 % for 60 s"), with its verdict's advice. An alert rule.
 use crate::field_error::FieldError;
 use crate::health::rule::{
-    percent, rule_config, Finding, Outcome, Outcomes, Round, Rule, Severity,
+    percent, rule_config, Finding, Outcome, Outcomes, Rule, Severity, SnapshotView,
 };
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ impl Config {
 }
 
 impl Rule for Config {
-    fn evaluate(&mut self, round: &Round<'_>, out: &mut Outcomes) {
+    fn evaluate(&mut self, round: &SnapshotView<'_>, out: &mut Outcomes) {
         for w in round.gpu_holders() {
             let outcome = match w.gpu.busy_fraction {
                 Some(b) if b * 100.0 < self.below_percent => Outcome::Breached(Finding {
@@ -50,7 +50,7 @@ impl Rule for Config {
                 Some(_) => Outcome::Clear,
                 None => Outcome::Unknown,
             };
-            out.push((w.id.to_string(), Round::workload_subject(w), outcome));
+            out.push((w.id.to_string(), SnapshotView::workload_subject(w), outcome));
         }
     }
 }

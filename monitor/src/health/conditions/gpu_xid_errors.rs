@@ -3,7 +3,7 @@
 //! came during the check (earlier ones are in `dmesg`).
 use crate::health::check::{gpu_subject, Checks, Status, Window};
 use crate::health::rule::{
-    gpu_key, rule_config, Finding, Outcome, Outcomes, Round, Rule, Severity,
+    gpu_key, rule_config, Finding, Outcome, Outcomes, Rule, Severity, SnapshotView,
 };
 use crate::model::xid_meaning;
 use std::collections::HashMap;
@@ -43,7 +43,7 @@ fn application_fault(xid: u64) -> bool {
 }
 
 impl Rule for XidRule {
-    fn evaluate(&mut self, round: &Round<'_>, out: &mut Outcomes) {
+    fn evaluate(&mut self, round: &SnapshotView<'_>, out: &mut Outcomes) {
         let now = round.snap.monotonic_ms;
         for g in round.readable_gpus() {
             let key = gpu_key(g);

@@ -3,7 +3,9 @@
 //! `min_duration` of data, a slope of at least `min_growth_per_minute` and a fit of at least
 //! `min_r_squared`, so a sawtooth of allocations that are freed again is no leak. Alert rules.
 use crate::field_error::FieldError;
-use crate::health::rule::{rule_config, Finding, Outcome, Outcomes, Round, Rule, Severity, MIB};
+use crate::health::rule::{
+    rule_config, Finding, Outcome, Outcomes, Rule, Severity, SnapshotView, MIB,
+};
 use crate::health::trend::Series;
 use crate::model::{Workload, WorkloadId, WorkloadKind};
 use crate::units::ByteSize;
@@ -81,7 +83,7 @@ impl LeakRule {
 }
 
 impl Rule for LeakRule {
-    fn evaluate(&mut self, round: &Round<'_>, out: &mut Outcomes) {
+    fn evaluate(&mut self, round: &SnapshotView<'_>, out: &mut Outcomes) {
         let t = round.seconds();
         let window = self.config.window.as_secs_f64();
         for w in &round.snap.workloads {
@@ -91,7 +93,7 @@ impl Rule for LeakRule {
             let series = self.series.entry(w.id.clone()).or_default();
             series.push(t, bytes as f64, window);
             let outcome = leak_outcome(&self.config, series, &w.name, self.memory);
-            out.push((w.id.to_string(), Round::workload_subject(w), outcome));
+            out.push((w.id.to_string(), SnapshotView::workload_subject(w), outcome));
         }
         self.series.retain(|id, _| round.has_workload(id));
     }

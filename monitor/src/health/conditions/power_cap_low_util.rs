@@ -2,7 +2,7 @@
 //! compute, limits the GPU. An alert rule.
 use crate::field_error::FieldError;
 use crate::health::rule::{
-    gpu_key, percent, rule_config, Finding, Outcome, Outcomes, Round, Rule, Severity,
+    gpu_key, percent, rule_config, Finding, Outcome, Outcomes, Rule, Severity, SnapshotView,
 };
 use std::time::Duration;
 
@@ -28,7 +28,7 @@ impl Config {
 }
 
 impl Rule for Config {
-    fn evaluate(&mut self, round: &Round<'_>, out: &mut Outcomes) {
+    fn evaluate(&mut self, round: &SnapshotView<'_>, out: &mut Outcomes) {
         for g in round.readable_gpus() {
             let d = &g.device;
             // The window's busy share where the series gave one; else the instantaneous figure.

@@ -1,13 +1,13 @@
 //! Helpers the conditions' unit tests share.
 use crate::health::check::{Checks, Examine, Status, Window};
 use crate::health::doctor_config::DoctorConfig;
-use crate::health::rule::{Outcomes, Round, Rule};
+use crate::health::rule::{Outcomes, Rule, SnapshotView};
 use crate::model::{Snapshot, Verdict, VerdictKind};
 
 /// One round of `rule` on `snap`.
 pub fn evaluate(rule: &mut dyn Rule, snap: &Snapshot) -> Outcomes {
     let mut out = Outcomes::new();
-    rule.evaluate(&Round::new(snap), &mut out);
+    rule.evaluate(&SnapshotView::new(snap), &mut out);
     out
 }
 

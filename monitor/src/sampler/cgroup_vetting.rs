@@ -14,14 +14,14 @@ use std::path::Path;
 
 /// The cgroup paths of the engine's containers, read once from each container's init process.
 #[derive(Default)]
-pub struct ContainerClaims {
+pub struct CgroupVetting {
     /// Container id → its init process's cgroup path (`None`: it could not be read).
     own_paths: HashMap<String, Option<String>>,
     /// Look-alike paths already logged (each is counted every round, logged once).
     reported: HashSet<String>,
 }
 
-impl ContainerClaims {
+impl CgroupVetting {
     /// The workload a process in cgroup `path` is, given the one its path's shape `claimed`.
     pub fn vet(
         &mut self,
