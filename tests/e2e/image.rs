@@ -136,16 +136,8 @@ fn the_agent_runs_as_a_container_with_the_minimal_line() {
     let agent = docker(&args.iter().map(String::as_str).collect::<Vec<_>>());
     let _remove = Removed(agent.clone());
 
-    let want = format!("container_name=\"{}\"", trainer.name);
-    let metrics = metrics_naming(port, &want, &agent);
-    let line = metrics
-        .lines()
-        .find(|l| l.starts_with("gpuwatch_container_gpu_memory_bytes{") && l.contains(&want))
-        .unwrap_or_else(|| panic!("no GPU memory series for the trainer:\n{metrics}"));
+    let (metrics, line) = trainers_memory_series(port, &trainer, &agent, 3u64 << 30);
     assert!(line.contains(&format!("image=\"{IMAGE}\"")), "{line}");
-    assert!(line.contains("compose_service=\"trainer\""), "{line}");
-    let value: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
-    assert_eq!(value, (3u64 << 30) as f64, "{line}");
     // Without CAP_SYS_PTRACE another container's root is closed to the agent: /dev/shm use is
     // not read, and the snapshot says why (the README names the capability).
     let snap: serde_json::Value = ureq::get(&format!("http://127.0.0.1:{port}/api/v1/snapshot"))
@@ -159,14 +151,7 @@ fn the_agent_runs_as_a_container_with_the_minimal_line() {
     let w = workload(&snap, &format!("docker:{}", trainer.id));
     let shm_error = w["config"]["errors"]["shm"].as_str().unwrap_or_default();
     assert!(shm_error.contains("root/dev/shm"), "{:#}", w["config"]);
-    for source in ["nvml", "docker", "ebpf"] {
-        let up = format!("gpuwatch_up{{source=\"{source}\"}} 1");
-        assert!(
-            metrics.lines().any(|l| l.starts_with(&up)),
-            "{source} not up in the container; the agent's log:\n{}",
-            logs(&agent)
-        );
-    }
+    every_source_up(&metrics, &agent);
 }
 
 /// A container of compose service `trainer` holding `memory` of a fake GPU, and the folder of
@@ -186,6 +171,39 @@ fn trainer_on_a_fake_gpu(name: &str, memory: u64) -> (Container, tempfile::TempD
     )
     .unwrap();
     (trainer, dir)
+}
+
+/// `/metrics` once it names the trainer, and its GPU memory series, which must carry its compose
+/// service and `bytes`.
+fn trainers_memory_series(
+    port: u16,
+    trainer: &Container,
+    agent: &str,
+    bytes: u64,
+) -> (String, String) {
+    let want = format!("container_name=\"{}\"", trainer.name);
+    let metrics = metrics_naming(port, &want, agent);
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("gpuwatch_container_gpu_memory_bytes{") && l.contains(&want))
+        .unwrap_or_else(|| panic!("no GPU memory series for the trainer:\n{metrics}"))
+        .to_owned();
+    assert!(line.contains("compose_service=\"trainer\""), "{line}");
+    let value: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert_eq!(value, bytes as f64, "{line}");
+    (metrics, line)
+}
+
+/// NVML, Docker and eBPF all up in the containerised agent's `/metrics`.
+fn every_source_up(metrics: &str, agent: &str) {
+    for source in ["nvml", "docker", "ebpf"] {
+        let up = format!("gpuwatch_up{{source=\"{source}\"}} 1");
+        assert!(
+            metrics.lines().any(|l| l.starts_with(&up)),
+            "{source} not up in the containerised agent; its log:\n{}",
+            logs(agent)
+        );
+    }
 }
 
 /// `/metrics` once it names `want` (a minute at most; the agent's log otherwise).
@@ -286,23 +304,8 @@ fn the_agent_starts_from_the_compose_file_with_the_hosts_compose() {
         &format!("label=com.docker.compose.project={project}"),
     ]);
     assert!(!agent.is_empty(), "compose started no container");
-    let want = format!("container_name=\"{}\"", trainer.name);
-    let metrics = metrics_naming(port, &want, &agent);
-    let line = metrics
-        .lines()
-        .find(|l| l.starts_with("gpuwatch_container_gpu_memory_bytes{") && l.contains(&want))
-        .unwrap_or_else(|| panic!("no GPU memory series for the trainer:\n{metrics}"));
-    assert!(line.contains("compose_service=\"trainer\""), "{line}");
-    let value: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
-    assert_eq!(value, (2u64 << 30) as f64, "{line}");
-    for source in ["nvml", "docker", "ebpf"] {
-        let up = format!("gpuwatch_up{{source=\"{source}\"}} 1");
-        assert!(
-            metrics.lines().any(|l| l.starts_with(&up)),
-            "{source} not up in the compose-started agent; its log:\n{}",
-            logs(&agent)
-        );
-    }
+    let (metrics, _) = trainers_memory_series(port, &trainer, &agent, 2u64 << 30);
+    every_source_up(&metrics, &agent);
 }
 
 /// `compose down` of a started project, on drop.
