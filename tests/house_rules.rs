@@ -92,12 +92,45 @@ fn the_sampler_assembles_facts_and_judges_nothing() {
             "units",
             "sources",
             "events",
-            "cgroup",
-            "live_file",
             "heartbeat",
             "field_error",
         ],
     );
+}
+
+/// The sampler asks its sources and joins: every read of `/proc`, cgroupfs or any other file is
+/// a source's (`sources/host/` for the host's kernel), so a new source is a folder of its own
+/// and the sampler's rounds can be tested without a filesystem.
+#[test]
+fn the_sampler_does_no_io_of_its_own() {
+    let mut files = Vec::new();
+    rust_files(&src().join("sampler"), &mut files);
+    assert!(!files.is_empty());
+    let io = [
+        "std::fs",
+        "libc::",
+        "LiveFile",
+        "File::open",
+        ".exists()",
+        "read_dir(",
+        "read_to_string(",
+    ];
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            for call in io {
+                assert!(
+                    !line.contains(call),
+                    "{}:{}: `{call}` in the sampler; read it through a source (sources/host/)",
+                    file.display(),
+                    n + 1
+                );
+            }
+        }
+    }
 }
 
 #[test]

@@ -33,7 +33,7 @@
 //! `--idle-only` only the arms without probes, adaptive with none needed and the agent run, and
 //! no statistics pass: the healthy host's cost, in more rounds for the same time. With
 //! `--per-event-only`, only the statistics pass: the programs' kernel time per event.
-use gpuwatch::cgroup::CgroupLayout;
+use gpuwatch::sources::host::cgroup::CgroupLayout;
 use gpuwatch::sources::stall_probe::{Accumulate, ProbeTotals, StallProbe};
 use monitor_common::IoStats;
 use std::collections::HashSet;

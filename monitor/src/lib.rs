@@ -10,13 +10,11 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 pub mod analysis;
 pub mod caps;
-pub mod cgroup;
 pub mod config;
 pub mod events;
 pub mod field_error;
 pub mod health;
 pub mod heartbeat;
-pub mod live_file;
 pub mod model;
 pub mod notify;
 pub mod output;

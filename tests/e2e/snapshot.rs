@@ -1,7 +1,7 @@
 //! End to end: real dockerd, real containers, real eBPF, the real nvml-wrapper loading the fake
 //! NVML; `gpuwatch snapshot --json` must attribute every GPU process correctly.
 
-use gpuwatch::cgroup::{classify, CgroupMembership};
+use gpuwatch::sources::host::cgroup::{classify, CgroupMembership};
 use serde_json::{json, Value};
 use std::time::Instant;
 use support::*;

@@ -330,7 +330,7 @@ struct TempCgroup {
 impl TempCgroup {
     fn new(name: &str) -> Self {
         use std::os::unix::fs::MetadataExt;
-        let unified = gpuwatch::cgroup::CgroupLayout::detect()
+        let unified = gpuwatch::sources::host::cgroup::CgroupLayout::detect()
             .unwrap()
             .unified
             .expect("a unified cgroup hierarchy");

@@ -4,13 +4,11 @@
 //! of the engine the agent is connected to stands only where that engine lists the container
 //! and the path is the container's own cgroup (or below it); otherwise the process is a
 //! workload of its own, shown with its real path, and the look-alike is counted.
-use super::attribution::read_process;
-use crate::cgroup::namespace::NamespaceRoot;
 use crate::events::{EventCounters, InternalEvent};
 use crate::model::{Engine, WorkloadId, WorkloadKind};
 use crate::sources::docker::DockerCache;
+use crate::sources::host::HostReader;
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
 
 /// The cgroup paths of the engine's containers, read once from each container's init process.
 #[derive(Default)]
@@ -28,8 +26,7 @@ impl CgroupVetting {
         claimed: WorkloadId,
         path: &str,
         cache: Option<&DockerCache>,
-        proc_root: &Path,
-        cgroup_ns: &NamespaceRoot,
+        host: &HostReader,
         events: &EventCounters,
     ) -> WorkloadId {
         let (Some(cache), Some(id)) = (cache, claimed.container_id()) else {
@@ -56,7 +53,7 @@ impl CgroupVetting {
                 .entry(c.id.clone())
                 .or_insert_with(|| {
                     let pid = c.init_pid?;
-                    let p = read_process(proc_root, cgroup_ns, pid).ok()?;
+                    let p = host.process(pid).ok()?;
                     Some(p.membership.identity_path().to_owned())
                 })
                 .clone()

@@ -1,9 +1,7 @@
-//! Where each workload's cgroup is, resolved once from a member process, and the Docker
-//! containers the cgroup tree shows when the daemon cannot be asked.
-use crate::cgroup::stats::{CgroupStatsPaths, LimitsCache};
-use crate::cgroup::{classify, CgroupLayout, CgroupMembership};
-use crate::model::{WorkloadId, WorkloadKind};
-use std::os::unix::fs::MetadataExt;
+//! Where each workload's cgroup is, resolved once from a member process.
+use crate::sources::host::cgroup::stats::{CgroupStatsPaths, LimitsCache};
+use crate::sources::host::cgroup::{CgroupLayout, CgroupMembership};
+use crate::sources::host::cgroup_tree;
 use std::path::PathBuf;
 
 /// A workload's cgroup, resolved once from a member process.
@@ -24,8 +22,7 @@ impl WorkloadCgroup {
         let stats = CgroupStatsPaths::resolve(layout, membership).map_err(|e| e.to_string());
         let cgroup_id = membership
             .unified_dir(layout)
-            .and_then(|d| std::fs::metadata(d).ok())
-            .map(|m| m.ino());
+            .and_then(|d| cgroup_tree::inode(&d));
         // The root cgroup never goes away; any other one does when its workload stops.
         let dir = (path != "/")
             .then(|| {
@@ -45,37 +42,8 @@ impl WorkloadCgroup {
 
     /// True once the cgroup's directory is gone (its workload stopped).
     pub fn removed(&self) -> bool {
-        self.dir.as_ref().is_some_and(|d| !d.exists())
+        self.dir.as_ref().is_some_and(|d| !cgroup_tree::exists(d))
     }
-}
-
-/// Docker containers visible in the cgroup tree (cgroupfs `/docker/<id>` and systemd
-/// `/system.slice/docker-<id>.scope`), for when the daemon cannot be asked.
-pub fn discover_docker_cgroups(layout: &CgroupLayout) -> Vec<(WorkloadId, String)> {
-    let root = layout.unified.clone().or_else(|| {
-        layout
-            .v1_mount("name=systemd")
-            .or_else(|| layout.v1_mount("cpu"))
-            .map(|h| h.mount_point.clone())
-    });
-    let Some(root) = root else { return Vec::new() };
-    let mut found = Vec::new();
-    for parent in ["docker", "system.slice"] {
-        let Ok(dir) = std::fs::read_dir(root.join(parent)) else {
-            continue;
-        };
-        for entry in dir.flatten() {
-            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
-                continue;
-            }
-            let path = format!("/{parent}/{}", entry.file_name().to_string_lossy());
-            let id = classify(&path);
-            if id.kind == WorkloadKind::Docker {
-                found.push((id, path));
-            }
-        }
-    }
-    found
 }
 
 /// The membership a process in `path` would have: cgroupfs-driver runtimes use the same path in

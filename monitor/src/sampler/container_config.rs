@@ -5,8 +5,9 @@ use crate::model::{
     AllocatedGpu, ClaimedDevices, ContainerConfig, ContainerInfo, CpuLimit, Gpu, GpuAllocation,
     GpuClaim, Memlock, MemoryLimit, ProcessRole, ResolvedClaim, ShmUse, Workload,
 };
+use crate::sources::host::{HostReadError, HostReader};
 use std::collections::{BTreeSet, HashMap};
-use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A loader process busy (on a CPU or waiting for one) this share of the window counts as busy.
@@ -22,8 +23,8 @@ const LOCKED_REFRESH: Duration = Duration::from_secs(30);
 /// processes' locked pages, every [`LOCKED_REFRESH`]. Per round only a `statvfs` is read.
 #[derive(Clone)]
 struct Fixed {
-    shm_mounted: Result<bool, String>,
-    memlock: Result<(Option<u64>, Option<u64>), String>,
+    shm_mounted: Result<bool, Arc<HostReadError>>,
+    memlock: Result<(Option<u64>, Option<u64>), Arc<HostReadError>>,
     locked: Option<(u64, Instant)>,
 }
 
@@ -38,14 +39,14 @@ impl ConfigReader {
     /// analysis's).
     pub fn read(
         &mut self,
-        proc_root: &Path,
+        host: &HostReader,
         c: &ContainerInfo,
         w: &Workload,
         gpus: &[Gpu],
         window: Option<f64>,
     ) -> ContainerConfig {
         let mut out = ContainerConfig {
-            cpu: cpu(proc_root, w, window),
+            cpu: cpu(host, w, window),
             memory: memory(w),
             gpus: allocation(&c.gpu_claims, gpus, w),
             ..Default::default()
@@ -59,8 +60,8 @@ impl ConfigReader {
             .fixed
             .entry((c.id.clone(), pid))
             .or_insert_with(|| Fixed {
-                shm_mounted: shm_mounted(proc_root, pid),
-                memlock: memlock_limit(proc_root, pid),
+                shm_mounted: host.shm_mounted(pid).map_err(Arc::new),
+                memlock: host.memlock_limit(pid).map_err(Arc::new),
                 locked: None,
             });
         // Locked pages matter only under a limit.
@@ -69,11 +70,11 @@ impl ConfigReader {
             .locked
             .is_none_or(|(_, at)| at.elapsed() >= LOCKED_REFRESH);
         if limited && stale {
-            entry.locked = Some((locked_bytes(proc_root, w), Instant::now()));
+            entry.locked = Some((locked_bytes(host, w), Instant::now()));
         }
         let fixed = entry.clone();
         match fixed.shm_mounted.and_then(|m| match m {
-            true => shm_use(proc_root, pid).map(Some),
+            true => host.shm_use(pid).map(Some).map_err(Arc::new),
             false => Ok(None),
         }) {
             Ok(s) => {
@@ -84,7 +85,7 @@ impl ConfigReader {
                 })
             }
             Err(e) => {
-                out.errors.insert("shm", e);
+                out.errors.insert("shm", e.to_string());
             }
         }
         match fixed.memlock {
@@ -96,7 +97,7 @@ impl ConfigReader {
                 })
             }
             Err(e) => {
-                out.errors.insert("memlock", e);
+                out.errors.insert("memlock", e.to_string());
             }
         }
         out
@@ -108,7 +109,7 @@ impl ConfigReader {
     }
 }
 
-fn cpu(proc_root: &Path, w: &Workload, window: Option<f64>) -> CpuLimit {
+fn cpu(host: &HostReader, w: &Workload, window: Option<f64>) -> CpuLimit {
     let (busy, demand) = match (&w.stalls, window) {
         (Some(s), Some(win)) if win > 0.0 => {
             let wanted = |p: &crate::model::ProcessStall| p.on_cpu_seconds + p.runq_seconds;
@@ -131,7 +132,7 @@ fn cpu(proc_root: &Path, w: &Workload, window: Option<f64>) -> CpuLimit {
         demand_cores: demand,
         loader_workers: limit_cores
             .filter(|_| w.gpu.processes > 0)
-            .map(|_| loader_workers(proc_root, w)),
+            .map(|_| loader_workers(host, w)),
         quota_periods: w.cpu.and_then(|c| c.quota_periods),
     }
 }
@@ -139,18 +140,11 @@ fn cpu(proc_root: &Path, w: &Workload, window: Option<f64>) -> CpuLimit {
 /// The DataLoader workers: children of the workload's GPU processes, alive now. A DataLoader
 /// forks (or spawns) its workers from the thread that iterates it, the main thread in a
 /// training script, so only the main thread's `children` is read: one file per GPU process.
-fn loader_workers(proc_root: &Path, w: &Workload) -> usize {
+fn loader_workers(host: &HostReader, w: &Workload) -> usize {
     let gpu_pids = w.gpu.pids();
     let children: BTreeSet<u32> = gpu_pids
         .iter()
-        .filter_map(|pid| {
-            std::fs::read_to_string(proc_root.join(format!("{pid}/task/{pid}/children"))).ok()
-        })
-        .flat_map(|t| {
-            t.split_whitespace()
-                .filter_map(|p| p.parse::<u32>().ok())
-                .collect::<Vec<_>>()
-        })
+        .flat_map(|pid| host.main_thread_children(*pid))
         .collect();
     // A GPU process started by another (a launcher's ranks) is no worker.
     children.difference(&gpu_pids).count()
@@ -165,86 +159,15 @@ fn memory(w: &Workload) -> MemoryLimit {
     }
 }
 
-/// Whether the process sees a `/dev/shm` mount.
-fn shm_mounted(proc_root: &Path, pid: u32) -> Result<bool, String> {
-    let mountinfo = proc_root.join(pid.to_string()).join("mountinfo");
-    let text =
-        std::fs::read_to_string(&mountinfo).map_err(|e| format!("{}: {e}", mountinfo.display()))?;
-    Ok(text
-        .lines()
-        .any(|l| l.split(' ').nth(4) == Some("/dev/shm")))
-}
-
-/// Size and use of the `/dev/shm` the process sees.
-fn shm_use(proc_root: &Path, pid: u32) -> Result<(u64, u64), String> {
-    let path = proc_root.join(pid.to_string()).join("root/dev/shm");
-    let st = statvfs(&path).map_err(|e| format!("statvfs {}: {e}", path.display()))?;
-    let frsize = st.f_frsize;
-    Ok((
-        st.f_blocks.saturating_mul(frsize),
-        st.f_blocks
-            .saturating_sub(st.f_bfree)
-            .saturating_mul(frsize),
-    ))
-}
-
-fn statvfs(path: &Path) -> std::io::Result<libc::statvfs> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: `c` is a NUL-terminated path and `st` is written by the call before it is read.
-    if unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: statvfs returned 0, so it filled `st`.
-    Ok(unsafe { st.assume_init() })
-}
-
-/// The main process's `Max locked memory` (soft, hard).
-fn memlock_limit(proc_root: &Path, pid: u32) -> Result<(Option<u64>, Option<u64>), String> {
-    let path = proc_root.join(pid.to_string()).join("limits");
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    parse_memlock(&text)
-        .ok_or_else(|| format!("{}: no readable \"Max locked memory\" line", path.display()))
-}
-
 /// `VmLck` + `VmPin` over the workload's GPU processes.
-fn locked_bytes(proc_root: &Path, w: &Workload) -> u64 {
+fn locked_bytes(host: &HostReader, w: &Workload) -> u64 {
     let pids: BTreeSet<u32> = w
         .gpu
         .per_gpu
         .iter()
         .flat_map(|s| s.pids.iter().copied())
         .collect();
-    pids.iter()
-        .filter_map(|p| std::fs::read_to_string(proc_root.join(p.to_string()).join("status")).ok())
-        .map(|status| locked_kib(&status) * 1024)
-        .sum()
-}
-
-/// `(soft, hard)` of the `Max locked memory` line of `/proc/<pid>/limits`; `None` = unlimited.
-fn parse_memlock(limits: &str) -> Option<(Option<u64>, Option<u64>)> {
-    let rest = limits
-        .lines()
-        .find_map(|l| l.strip_prefix("Max locked memory"))?;
-    let mut it = rest.split_whitespace();
-    let value = |v: &str| match v {
-        "unlimited" => Some(None),
-        n => n.parse::<u64>().ok().map(Some),
-    };
-    Some((value(it.next()?)?, value(it.next()?)?))
-}
-
-fn locked_kib(status: &str) -> u64 {
-    status
-        .lines()
-        .filter_map(|l| {
-            l.strip_prefix("VmLck:")
-                .or_else(|| l.strip_prefix("VmPin:"))
-        })
-        .filter_map(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .sum()
+    pids.iter().filter_map(|p| host.locked_bytes(*p)).sum()
 }
 
 /// Each claim resolved against the host's GPUs; the applied ones' GPUs, each with whether the
@@ -361,32 +284,5 @@ mod tests {
         assert!(allocation(&[], &gpus, &w).is_none());
         let none = allocation(&[claim(ClaimedDevices::None, true)], &gpus, &w).unwrap();
         assert!(none.gpus.is_empty());
-    }
-
-    #[test]
-    fn memlock_and_locked_pages_from_proc() {
-        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
-                      Max open files            1048576              1048576              files\n\
-                      Max locked memory         8388608              unlimited            bytes\n";
-        assert_eq!(parse_memlock(limits), Some((Some(8 << 20), None)));
-        assert_eq!(parse_memlock("Max open files 1 1 files\n"), None);
-        assert_eq!(
-            locked_kib("Name:\tpython\nVmLck:\t     128 kB\nVmPin:\t      64 kB\n"),
-            192
-        );
-    }
-
-    #[test]
-    fn shm_of_a_real_process() {
-        // This test process's own view: /dev/shm is a tmpfs mount on Debian and in containers.
-        let me = std::process::id();
-        if shm_mounted(Path::new("/proc"), me).unwrap() {
-            let (size, used) = shm_use(Path::new("/proc"), me).unwrap();
-            assert!(size > 0 && used <= size, "{size} {used}");
-        } else {
-            assert!(!std::fs::read_to_string("/proc/self/mountinfo")
-                .unwrap()
-                .contains(" /dev/shm "));
-        }
     }
 }

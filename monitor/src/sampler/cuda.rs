@@ -16,12 +16,12 @@ use crate::model::{
 };
 use crate::sources::cuda_probe::library::{self, LibraryFile};
 use crate::sources::cuda_probe::{entry_points, CudaProbe};
+use crate::sources::host::HostReader;
 use crate::units::duration;
 use monitor_common::cuda::cuda_stat;
 use monitor_common::{task_thread, CudaStats, TaskKey};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// The config file's `sources.cuda_tracing` section.
@@ -178,14 +178,14 @@ impl CudaTracing {
     pub fn step(
         &mut self,
         gpus: &[Gpu],
-        proc_root: &Path,
+        host: &HostReader,
         now_unix_ms: u64,
         events: &EventCounters,
     ) -> bool {
         if self.probe.is_err() {
             return false;
         }
-        self.scan(gpus, proc_root, events);
+        self.scan(gpus, host, events);
         let wanted = self.demand.wanted(Instant::now());
         let Ok(probe) = self.probe.as_mut() else {
             return false;
@@ -228,7 +228,7 @@ impl CudaTracing {
     }
 
     /// Reads the mappings of GPU processes not seen before, and remembers their libraries.
-    fn scan(&mut self, gpus: &[Gpu], proc_root: &Path, events: &EventCounters) {
+    fn scan(&mut self, gpus: &[Gpu], host: &HostReader, events: &EventCounters) {
         let live: HashMap<u32, Option<u64>> = gpus
             .iter()
             .flat_map(|g| &g.processes)
@@ -241,12 +241,12 @@ impl CudaTracing {
             if self.scanned.contains_key(&pid) {
                 continue;
             }
-            let Ok(mapped) = library::mapped_by(proc_root, pid) else {
+            let Ok(mapped) = library::mapped_by(host.proc_root(), pid) else {
                 continue; // gone meanwhile; the next round's list says
             };
             let mut keys = Vec::new();
             for m in mapped {
-                match library::open(proc_root, pid, &m) {
+                match library::open(host.proc_root(), pid, &m) {
                     Ok(file) => {
                         let key = (file.device, file.inode);
                         keys.push(key);
@@ -322,14 +322,12 @@ impl CudaTracing {
     }
 
     /// Ends a round: forgets tasks that are gone, keeps this round's counters as the baseline.
-    pub fn end_round(&mut self, proc_root: &Path) {
+    pub fn end_round(&mut self, host: &HostReader) {
         if let (Ok(probe), Some(previous)) = (self.probe.as_mut(), self.previous.as_ref()) {
             let gone: Vec<TaskKey> = self
                 .totals
                 .iter()
-                .filter(|(k, now)| {
-                    previous.get(k) == Some(now) && !proc_root.join(k.tgid.to_string()).exists()
-                })
+                .filter(|(k, now)| previous.get(k) == Some(now) && !host.alive(k.tgid))
                 .map(|(k, _)| *k)
                 .collect();
             probe.forget(&gone);

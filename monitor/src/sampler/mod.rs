@@ -15,14 +15,11 @@ pub mod cuda;
 pub mod demand;
 mod gpu_open;
 pub mod io_tracing;
-mod namespaces;
 mod pending;
 pub mod process_checks;
 mod ranks;
 mod stalls;
 
-use crate::cgroup::namespace::NamespaceRoot;
-use crate::cgroup::{CgroupLayout, CgroupMembership};
 use crate::events::{EventCounters, InternalEvent};
 use crate::heartbeat::{Heartbeat, Step};
 use crate::model::{BlindSpot, ContainerInfo, DeviceReading, WorkloadId, WorkloadKind};
@@ -33,8 +30,12 @@ use crate::model::{
 use crate::sources::containerd::CriTasks;
 use crate::sources::docker::DockerCache;
 use crate::sources::gpu::{GpuSource, GpuSourceConfig};
-use attribution::{read_process, AttributionError, PidMap, PidSet, ProcessTable};
-use cgroups::{discover_docker_cgroups, membership_for_path, WorkloadCgroup};
+use crate::sources::host::cgroup::namespace::NamespaceRoot;
+use crate::sources::host::cgroup::{CgroupLayout, CgroupMembership};
+use crate::sources::host::pid::{PidMap, PidSet};
+use crate::sources::host::{cgroup_tree, system, HostReader};
+use attribution::{ProcessReadError, ProcessTable};
+use cgroups::{membership_for_path, WorkloadCgroup};
 use container_config::ConfigReader;
 pub use gpu_open::{DRIVER_LIST_CHECK_EVERY, GPU_RETRY_FIRST, GPU_RETRY_MAX};
 use pending::{Completion, Fetched, PendingRound};
@@ -119,9 +120,8 @@ pub struct Sampler {
     checks: ProcessChecks,
     /// The launch environment of each rank of a job holding several GPUs.
     rank_envs: ranks::RankEnvs,
-    proc_root: PathBuf,
-    /// Where the agent's cgroup namespace is rooted on the host (nowhere in the host's).
-    cgroup_ns: NamespaceRoot,
+    /// `/proc`, read from the agent's cgroup namespace.
+    host_reader: HostReader,
     container_configs: ConfigReader,
     /// The engine's containers' own cgroup paths, to tell a container from a look-alike.
     vetting: cgroup_vetting::CgroupVetting,
@@ -177,17 +177,15 @@ impl Sampler {
         };
         let stalls = Stalls::load(config.probes, io_tracing);
         let cuda = cuda::CudaTracing::load(config.probes, cuda_tracing);
-        #[cfg(target_env = "gnu")]
-        // SAFETY: no preconditions; only returns free heap pages to the kernel.
-        unsafe {
-            libc::malloc_trim(0);
-        }
+        system::trim_heap();
         let (gpu_opener, gpu) = gpu_open::GpuOpener::open(config.gpu.as_ref(), events.clone());
-        let mut blind_spots = namespaces::blind_spots(&config.proc_root);
+        let host_reader = HostReader::new(&config.proc_root);
+        let mut blind_spots = host_reader.blind_spots();
         let cgroup_ns = own_cgroup_namespace(&layout, &config.proc_root, &mut blind_spots);
+        let host_reader = host_reader.with_cgroup_namespace(cgroup_ns);
         let host = HostInfo {
-            hostname: read_trimmed("/proc/sys/kernel/hostname"),
-            kernel: read_trimmed("/proc/sys/kernel/osrelease"),
+            hostname: system::hostname(),
+            kernel: system::kernel_release(),
             cgroup_mode: layout.mode,
             nvml_driver_version: gpu.as_ref().ok().and_then(|g| g.driver_version.clone()),
             blind_spots,
@@ -203,12 +201,10 @@ impl Sampler {
             cri: config.cri_tasks.as_ref().map(CriTasks::new),
             stalls,
             cuda,
-            processes: ProcessTable::new(&config.proc_root, config.revalidate_rounds)
-                .with_cgroup_namespace(cgroup_ns.clone()),
-            checks: ProcessChecks::new(&config.proc_root),
-            rank_envs: ranks::RankEnvs::new(&config.proc_root),
-            proc_root: config.proc_root.clone(),
-            cgroup_ns,
+            processes: ProcessTable::new(host_reader.clone(), config.revalidate_rounds),
+            checks: ProcessChecks::new(&host_reader),
+            rank_envs: ranks::RankEnvs::new(host_reader.clone()),
+            host_reader,
             container_configs: ConfigReader::default(),
             vetting: cgroup_vetting::CgroupVetting::default(),
             cgroups: HashMap::new(),
@@ -425,12 +421,12 @@ impl Sampler {
         let probe_ok = self.read_counters(&mut workloads, window, &gpu_pids);
         self.read_container_configs(&mut workloads, &gpus, window);
         if probe_ok {
-            self.stalls.end_round(&self.proc_root);
+            self.stalls.end_round(&self.host_reader);
         }
         self.cuda.observe_taken(workloads.values(), &gpus, window);
         if self
             .cuda
-            .step(&gpus, &self.proc_root, now_us / 1000, &self.events)
+            .step(&gpus, &self.host_reader, now_us / 1000, &self.events)
         {
             for w in workloads.values_mut() {
                 let pids: HashSet<u32> = w
@@ -441,7 +437,7 @@ impl Sampler {
                     .collect();
                 w.cuda = self.cuda.window(&pids);
             }
-            self.cuda.end_round(&self.proc_root);
+            self.cuda.end_round(&self.host_reader);
         }
         self.cgroups.retain(|id, _| workloads.contains_key(id));
         self.vetting.retain_listed(self.docker.as_deref());
@@ -552,8 +548,7 @@ impl Sampler {
                     info.workload.clone(),
                     info.membership.identity_path(),
                     self.docker.as_deref(),
-                    &self.proc_root,
-                    &self.cgroup_ns,
+                    &self.host_reader,
                     &self.events,
                 );
                 if known != Some(&workload) && !self.cgroups.contains_key(&workload) {
@@ -565,7 +560,7 @@ impl Sampler {
                 p
             }
             Err(e) => {
-                let vanished = matches!(e, AttributionError::Vanished { .. });
+                let vanished = matches!(e, ProcessReadError::Vanished { .. });
                 let event = if vanished {
                     InternalEvent::GpuProcessVanished
                 } else {
@@ -652,7 +647,7 @@ impl Sampler {
             workloads.insert(id.clone(), new_workload(id, Some(c)));
         }
         if !docker_state.up {
-            for (id, path) in discover_docker_cgroups(&self.layout) {
+            for (id, path) in cgroup_tree::discover_docker_cgroups(&self.layout) {
                 if !self.cgroups.contains_key(&id) {
                     let membership = membership_for_path(&self.layout, &path);
                     self.remember_cgroup(id.clone(), &membership);
@@ -679,7 +674,7 @@ impl Sampler {
         let Some(pid) = c.init_pid else {
             return docker;
         };
-        match read_process(&self.proc_root, &self.cgroup_ns, pid) {
+        match self.host_reader.process(pid) {
             Ok(info) => {
                 let id = if info.workload == labelled {
                     labelled
@@ -866,7 +861,7 @@ impl Sampler {
             }
             let config = self
                 .container_configs
-                .read(&self.proc_root, c, w, gpus, window);
+                .read(&self.host_reader, c, w, gpus, window);
             w.config = Some(config);
         }
         let running: HashSet<&str> = workloads
@@ -967,12 +962,6 @@ fn own_cgroup_namespace(
             NamespaceRoot::host()
         }
     }
-}
-
-fn read_trimmed(path: &str) -> String {
-    std::fs::read_to_string(path)
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_default()
 }
 
 fn new_workload(id: WorkloadId, container: Option<&Arc<ContainerInfo>>) -> Workload {

@@ -9,97 +9,15 @@
 //! uninterruptible sleep (D) with no CPU time spent between them: it holds its GPU memory and
 //! does nothing. That finding holds in the rounds between checks, until the next check says
 //! otherwise, so a rule that needs it for a while sees it every round.
-use super::attribution::{PidMap, PidSet};
-use crate::live_file::LiveFile;
-use std::path::PathBuf;
+use crate::sources::host::pid::{PidMap, PidSet};
+use crate::sources::host::proc_stat::{clock_ticks_per_second, ProcStat, StatFiles};
+use crate::sources::host::HostReader;
 
 /// Every process is checked at least once in this many rounds.
 pub const ROTATION_ROUNDS: usize = 30;
 /// One `/proc/<pid>/stat` read costs ~20 µs (the kernel formats 52 fields): a round of a few
 /// processes reads one, not all of them.
 const MIN_PER_ROUND: usize = 1;
-
-/// One read of `/proc/<pid>/stat`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ProcStat {
-    pub state: char,
-    /// utime + stime, in clock ticks.
-    pub cpu_ticks: u64,
-    pub start_time: u64,
-}
-
-/// The fields after the command name's closing parenthesis: field 3 (state) is index 0, utime
-/// and stime (14, 15) are 11 and 12, starttime (22) is 19.
-pub fn parse(stat: &[u8]) -> Option<ProcStat> {
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    let rest = std::str::from_utf8(stat.get(close + 2..)?).ok()?;
-    let mut f = rest.split(' ');
-    let state = f.next()?.chars().next()?;
-    let mut f = f.skip(10);
-    let utime: u64 = f.next()?.parse().ok()?;
-    let stime: u64 = f.next()?.parse().ok()?;
-    let start_time = f.nth(6)?.trim_end().parse().ok()?;
-    Some(ProcStat {
-        state,
-        // Two u64 counters of clock ticks: their sum cannot overflow on a real kernel, but a
-        // line that is not one must not panic the round.
-        cpu_ticks: utime.saturating_add(stime),
-        start_time,
-    })
-}
-
-/// At most this many `stat` files are kept open (a process checked in rotation is read every
-/// [`ROTATION_ROUNDS`] rounds; the rest are opened when read).
-pub const MAX_KEPT: usize = 256;
-
-/// The `/proc/<pid>/stat` files of the processes being checked, kept open between rounds (see
-/// [`LiveFile`]: a reaped process's file answers an error and is opened again by path).
-pub struct StatFiles {
-    proc_root: PathBuf,
-    files: PidMap<LiveFile>,
-    buf: Vec<u8>,
-}
-
-impl StatFiles {
-    pub fn new(proc_root: impl Into<PathBuf>) -> Self {
-        Self {
-            proc_root: proc_root.into(),
-            files: PidMap::default(),
-            buf: Vec::with_capacity(1024),
-        }
-    }
-
-    /// The process's state and times now; `None` when it is gone or the line does not parse.
-    pub fn read(&mut self, pid: u32) -> Option<ProcStat> {
-        if let Some(f) = self.files.get_mut(&pid) {
-            if f.read(&mut self.buf).is_ok() {
-                return parse(&self.buf);
-            }
-            self.files.remove(&pid);
-            return None;
-        }
-        let mut path = self.proc_root.clone();
-        path.push(pid.to_string());
-        path.push("stat");
-        let mut f = LiveFile::new(path);
-        f.read(&mut self.buf).ok()?;
-        if f.is_kept() && self.files.len() < MAX_KEPT {
-            self.files.insert(pid, f);
-        }
-        parse(&self.buf)
-    }
-
-    /// Closes the files of processes no longer checked.
-    pub fn retain(&mut self, live: &PidSet) {
-        self.files.retain(|pid, _| live.contains(pid));
-    }
-
-    /// How many files are held open.
-    #[cfg(test)]
-    pub fn kept(&self) -> usize {
-        self.files.len()
-    }
-}
 
 /// What a round learnt of one process.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -132,15 +50,13 @@ pub struct ProcessChecks {
 }
 
 impl ProcessChecks {
-    pub fn new(proc_root: impl Into<PathBuf>) -> Self {
-        // SAFETY: no preconditions.
-        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    pub fn new(host: &HostReader) -> Self {
         Self {
-            files: StatFiles::new(proc_root),
+            files: host.stat_files(),
             last: PidMap::default(),
             round: 0,
             cursor: 0,
-            ticks_per_second: if ticks > 0 { ticks as f64 } else { 100.0 },
+            ticks_per_second: clock_ticks_per_second(),
             reads: 0,
         }
     }
@@ -222,41 +138,15 @@ impl ProcessChecks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::Path;
+    use crate::sources::host::fake_proc::FakeProc;
 
-    fn write_stat(root: &Path, pid: u32, state: char, utime: u64) {
-        let d = root.join(pid.to_string());
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(
-            d.join("stat"),
+    fn write_stat(root: &FakeProc, pid: u32, state: char, utime: u64) {
+        root.write(
+            format!("{pid}/stat"),
             format!(
                 "{pid} (py (x) y) {state} 1 1 1 0 -1 0 0 0 0 0 {utime} 3 0 0 20 0 1 0 777 0 0\n"
             ),
-        )
-        .unwrap();
-    }
-
-    #[test]
-    fn parses_state_cpu_time_and_start_time() {
-        let s = parse(b"9 (a) b) R 1 1 1 0 -1 0 0 0 0 0 40 2 0 0 20 0 1 0 12345 0 0\n").unwrap();
-        assert_eq!(
-            s,
-            ProcStat {
-                state: 'R',
-                cpu_ticks: 42,
-                start_time: 12345
-            }
         );
-        assert!(parse(b"garbage").is_none());
-        let huge = format!(
-            "9 (a) R 1 1 1 0 -1 0 0 0 0 0 {m} {m} 0 0 20 0 1 0 5 0 0\n",
-            m = u64::MAX
-        );
-        assert_eq!(parse(huge.as_bytes()).unwrap().cpu_ticks, u64::MAX);
-        let me = StatFiles::new(Path::new("/proc"))
-            .read(std::process::id())
-            .unwrap();
-        assert!(me.start_time > 0 && me.state.is_ascii_uppercase(), "{me:?}");
     }
 
     #[test]
@@ -270,7 +160,7 @@ mod tests {
             .spawn()
             .unwrap();
         let (pa, pb) = (a.id(), b.id());
-        let mut c = ProcessChecks::new("/proc");
+        let mut c = ProcessChecks::new(&HostReader::new("/proc"));
         let o = c.observe(&[pa, pb], &[]);
         assert!(
             o[&pa].state.is_some_and(|s| s.is_ascii_uppercase()),
@@ -293,9 +183,9 @@ mod tests {
 
     #[test]
     fn stuck_means_d_twice_with_no_cpu_time_between() {
-        let root = tempfile::tempdir().unwrap();
-        let mut c = ProcessChecks::new(root.path());
-        write_stat(root.path(), 5, 'D', 10);
+        let root = FakeProc::new();
+        let mut c = ProcessChecks::new(&HostReader::new(root.path()));
+        write_stat(&root, 5, 'D', 10);
         assert!(
             !c.observe(&[5], &[])[&5].stuck,
             "one D reading is not stuck"
@@ -303,21 +193,21 @@ mod tests {
         let o = c.observe(&[5], &[])[&5];
         assert!(o.stuck);
         assert_eq!(o.cpu_seconds, Some(0.0));
-        write_stat(root.path(), 5, 'D', 60);
+        write_stat(&root, 5, 'D', 60);
         let o = c.observe(&[5], &[])[&5];
         assert!(!o.stuck, "it ran in between: busy I/O, not stuck");
         assert!(o.cpu_seconds.unwrap() > 0.0);
-        std::fs::remove_dir_all(root.path().join("5")).unwrap();
+        root.remove("5");
         assert!(c.observe(&[5], &[]).is_empty(), "gone");
     }
 
     #[test]
     fn a_stuck_finding_holds_between_checks_in_rotation() {
-        let root = tempfile::tempdir().unwrap();
+        let root = FakeProc::new();
         for pid in [5, 6, 7] {
-            write_stat(root.path(), pid, if pid == 5 { 'D' } else { 'S' }, 10);
+            write_stat(&root, pid, if pid == 5 { 'D' } else { 'S' }, 10);
         }
-        let mut c = ProcessChecks::new(root.path());
+        let mut c = ProcessChecks::new(&HostReader::new(root.path()));
         let others = [5, 6, 7];
         // One check a round: PID 5 is checked in rounds 1 and 4, stuck from round 4 on.
         let stuck: Vec<bool> = (0..9)
@@ -327,7 +217,7 @@ mod tests {
             stuck,
             [false, false, false, true, true, true, true, true, true]
         );
-        write_stat(root.path(), 5, 'R', 90);
+        write_stat(&root, 5, 'R', 90);
         let after: Vec<bool> = (0..3)
             .map(|_| c.observe(&[], &others).get(&5).is_some_and(|o| o.stuck))
             .collect();
@@ -336,12 +226,12 @@ mod tests {
 
     #[test]
     fn the_rotation_checks_everyone_within_its_rounds() {
-        let root = tempfile::tempdir().unwrap();
+        let root = FakeProc::new();
         let pids: Vec<u32> = (100..400).collect();
         for p in &pids {
-            write_stat(root.path(), *p, 'S', 1);
+            write_stat(&root, *p, 'S', 1);
         }
-        let mut c = ProcessChecks::new(root.path());
+        let mut c = ProcessChecks::new(&HostReader::new(root.path()));
         let mut seen = std::collections::HashSet::new();
         for _ in 0..ROTATION_ROUNDS {
             let o = c.observe(&[], &pids);

@@ -3,8 +3,8 @@
 //! network namespace from `/proc/<pid>/net/dev`), read once per process and kept while it
 //! lives. The ranks' busy shares are filled in when the round is completed.
 use crate::model::{Gpu, Rank, RankEnv, Workload};
+use crate::sources::host::HostReader;
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::sync::Arc;
 
 /// A rank's environment as read: shared, since every round's copy of the rank carries it.
@@ -13,15 +13,15 @@ type Read = Result<Arc<RankEnv>, Arc<str>>;
 /// Each rank's environment, by (pid, start time): a process's launch environment does not
 /// change after it starts. Entries not asked for in a round are forgotten at its end.
 pub struct RankEnvs {
-    proc_root: PathBuf,
+    host: HostReader,
     known: HashMap<(u32, Option<u64>), (Read, u64)>,
     round: u64,
 }
 
 impl RankEnvs {
-    pub fn new(proc_root: impl Into<PathBuf>) -> Self {
+    pub fn new(host: HostReader) -> Self {
         Self {
-            proc_root: proc_root.into(),
+            host,
             known: HashMap::new(),
             round: 0,
         }
@@ -62,10 +62,10 @@ impl RankEnvs {
         let mut ranks: Vec<Rank> = held
             .into_iter()
             .map(|(pid, gpu, start, memory_bytes)| {
-                let (read, seen) = self
-                    .known
-                    .entry((pid, start))
-                    .or_insert_with(|| (read_env(&self.proc_root, pid), round));
+                let (read, seen) = self.known.entry((pid, start)).or_insert_with(|| {
+                    let env = self.host.launch_env(pid);
+                    (env.map(Arc::new).map_err(|e| e.to_string().into()), round)
+                });
                 *seen = round;
                 let (env, env_error) = match read {
                     Ok(e) => (Some(e.clone()), None),
@@ -102,28 +102,6 @@ impl RankEnvs {
     }
 }
 
-fn read_env(proc_root: &std::path::Path, pid: u32) -> Read {
-    let dir = proc_root.join(pid.to_string());
-    let environ = std::fs::read(dir.join("environ"))
-        .map_err(|e| format!("reading {}: {e}", dir.join("environ").display()))?;
-    let mut env = RankEnv::from_environ(&environ);
-    // The interfaces of its network namespace; a process in none readable leaves the list
-    // empty, and nothing is said about NCCL_SOCKET_IFNAME.
-    if let Ok(dev) = std::fs::read_to_string(dir.join("net/dev")) {
-        env.interfaces = interfaces(&dev);
-    }
-    Ok(Arc::new(env))
-}
-
-/// The interface names of a `/proc/<pid>/net/dev` file (after its two header lines).
-fn interfaces(dev: &str) -> Vec<String> {
-    dev.lines()
-        .skip(2)
-        .filter_map(|l| Some(l.split_once(':')?.0.trim().to_owned()))
-        .filter(|n| !n.is_empty())
-        .collect()
-}
-
 /// Fills each rank's busy share and SM activity from its workload's share of its GPU, where no
 /// other rank of the workload computes on that GPU.
 pub fn finish(w: &mut Workload) {
@@ -145,23 +123,21 @@ mod tests {
     use super::*;
     use crate::model::test_support::{container, gpu, process};
     use crate::model::WorkloadGpuShare;
+    use crate::sources::host::fake_proc::FakeProc;
 
-    fn fake_proc(root: &std::path::Path, pid: u32, environ: &[u8]) {
-        let d = root.join(pid.to_string());
-        std::fs::create_dir_all(d.join("net")).unwrap();
-        std::fs::write(d.join("environ"), environ).unwrap();
-        std::fs::write(
-            d.join("net/dev"),
+    fn fake_proc(root: &FakeProc, pid: u32, environ: &[u8]) {
+        root.write(format!("{pid}/environ"), environ);
+        root.write(
+            format!("{pid}/net/dev"),
             "Inter-|   Receive\n face |bytes\n    lo: 1 2 3\n  eth0: 4 5 6\n",
-        )
-        .unwrap();
+        );
     }
 
     #[test]
     fn each_gpu_process_is_a_rank_on_the_gpu_it_holds_most_of() {
-        let root = tempfile::tempdir().unwrap();
-        fake_proc(root.path(), 10, b"LOCAL_RANK=0\0WORLD_SIZE=2\0");
-        fake_proc(root.path(), 11, b"LOCAL_RANK=1\0WORLD_SIZE=2\0");
+        let root = FakeProc::new();
+        fake_proc(&root, 10, b"LOCAL_RANK=0\0WORLD_SIZE=2\0");
+        fake_proc(&root, 11, b"LOCAL_RANK=1\0WORLD_SIZE=2\0");
         let mut w = container("ddp");
         let (mut g0, mut g1) = (gpu(0), gpu(1));
         // Rank 1 also opens a small context on GPU 0, as NCCL does.
@@ -174,7 +150,7 @@ mod tests {
             WorkloadGpuShare::new(0, None),
             WorkloadGpuShare::new(1, None),
         ];
-        let mut envs = RankEnvs::new(root.path());
+        let mut envs = RankEnvs::new(HostReader::new(root.path()));
         let ranks = envs.ranks(&w, &[g0.clone(), g1.clone()]);
         let placed: Vec<_> = ranks
             .iter()
@@ -191,8 +167,8 @@ mod tests {
         let shared = envs.ranks(&single, &[g0.clone()]);
         assert_eq!(shared.iter().map(|r| r.gpu).collect::<Vec<_>>(), [0, 0]);
         // ...and not two processes of some other job sharing one.
-        fake_proc(root.path(), 12, b"PATH=/bin\0");
-        fake_proc(root.path(), 13, b"PATH=/bin\0");
+        fake_proc(&root, 12, b"PATH=/bin\0");
+        fake_proc(&root, 13, b"PATH=/bin\0");
         let mut g = gpu(0);
         g.processes = vec![
             process(12, Some(&w.id), 1 << 30),
@@ -200,7 +176,7 @@ mod tests {
         ];
         assert!(envs.ranks(&single, &[g]).is_empty());
         // An environment that cannot be read says why.
-        std::fs::remove_file(root.path().join("10/environ")).unwrap();
+        root.remove("10/environ");
         envs.end_round();
         envs.end_round();
         let ranks = envs.ranks(&w, &[g0, g1]);

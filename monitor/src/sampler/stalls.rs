@@ -9,10 +9,11 @@ use crate::model::{
     IoSummary, IoTracing, IoTracingState, ProbeHealth, ProcessRole, ProcessStall, SourceState,
     StallWindow, ThreadTimes,
 };
+use crate::sources::host::pid::PidSet;
+use crate::sources::host::HostReader;
 use crate::sources::stall_probe::{Accumulate, ProbeTotals, StallProbe};
 use monitor_common::{probe_stat, task_thread, IoStats, TaskKey, TaskTimes, LATENCY_BUCKETS};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::Path;
 use std::time::Instant;
 
 pub struct Stalls {
@@ -178,8 +179,8 @@ impl Stalls {
 
     /// Ends a round that read the counters: drops the tasks that exited and did not move since
     /// (their last window is counted), and keeps this round's counters as the next baseline.
-    pub fn end_round(&mut self, proc_root: &Path) {
-        self.forget_exited_tasks(proc_root);
+    pub fn end_round(&mut self, host: &HostReader) {
+        self.forget_exited_tasks(host);
         let round = self.round;
         self.in_progress.retain(|_, (_, r)| *r == round);
         self.round += 1;
@@ -188,7 +189,7 @@ impl Stalls {
         self.previous = Some(current);
     }
 
-    fn forget_exited_tasks(&mut self, proc_root: &Path) {
+    fn forget_exited_tasks(&mut self, host: &HostReader) {
         let (Ok(probe), Some(previous)) = (self.probe.as_mut(), self.previous.as_ref()) else {
             return;
         };
@@ -200,9 +201,7 @@ impl Stalls {
             .iter()
             .filter(|(k, now)| {
                 previous.times.get(k) == Some(now)
-                    && *exited
-                        .entry(k.tgid)
-                        .or_insert_with(|| !proc_root.join(k.tgid.to_string()).exists())
+                    && *exited.entry(k.tgid).or_insert_with(|| !host.alive(k.tgid))
             })
             .map(|(k, _)| *k)
             .collect();
@@ -230,7 +229,7 @@ impl Stalls {
     pub fn window(
         &mut self,
         cgroup_id: u64,
-        gpu_pids: &super::attribution::PidSet,
+        gpu_pids: &PidSet,
         window_seconds: Option<f64>,
         checks: &mut ProcessChecks,
         events: &EventCounters,
@@ -273,7 +272,7 @@ impl Stalls {
     fn charged_window(
         &self,
         cgroup_id: u64,
-        gpu_pids: &super::attribution::PidSet,
+        gpu_pids: &PidSet,
         events: &EventCounters,
     ) -> Option<StallWindow> {
         let previous = self.previous.as_ref()?;
@@ -434,7 +433,7 @@ pub(crate) fn io_summary(s: &IoStats) -> IoSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sampler::attribution::PidSet;
+    use crate::sources::host::fake_proc::FakeProc;
     use monitor_common::task_thread::{MAIN, OTHERS};
 
     const CG: u64 = 77;
@@ -483,28 +482,26 @@ mod tests {
         assert_eq!(evicted_since(&before, &before), 0);
     }
 
-    fn proc_state(root: &Path, state: char) {
-        let d = root.join("42");
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(
-            d.join("stat"),
+    fn proc_state(root: &FakeProc, state: char) {
+        root.write(
+            "42/stat",
             format!("42 (python) {state} 1 1 1 0 -1 0 0 0 0 0 5 5 0 0 20 0 1 0 99 0 0\n"),
-        )
-        .unwrap();
+        );
     }
 
     #[test]
     fn a_main_thread_asleep_through_windows_waits_in_each_and_is_not_counted_twice() {
-        let root = tempfile::tempdir().unwrap();
-        let mut checks = ProcessChecks::new(root.path());
+        let root = FakeProc::new();
+        let host = HostReader::new(root.path());
+        let mut checks = ProcessChecks::new(&host);
         let mut s = Stalls::load(false, IoTracingConfig::default());
         let events = EventCounters::default();
         let gpu: PidSet = [42].into_iter().collect();
         // Round 0: the main thread has run 0.1 s and gone to sleep waiting for a batch.
         s.totals = totals(times(S / 10, 0), Some(times(S / 10, 0)));
-        s.end_round(root.path());
+        s.end_round(&host);
         // Rounds 1 and 2 (1 s each): it sleeps on; only its other threads switch.
-        proc_state(root.path(), 'S');
+        proc_state(&root, 'S');
         let mut waits = Vec::new();
         for k in 1..=2u64 {
             // Its main thread's counters have not moved: nothing of it in the window.
@@ -512,7 +509,7 @@ mod tests {
             let w = s.window(CG, &gpu, Some(1.0), &mut checks, &events).unwrap();
             let m = w.processes[0].main_thread.unwrap();
             waits.push(m.sleep_seconds);
-            s.end_round(root.path());
+            s.end_round(&host);
         }
         assert_eq!(waits, [1.0, 1.0], "asleep through each window");
         // Round 3: it wakes after 2.5 s asleep and runs 0.2 s; the kernel charges all 2.5 s now.
@@ -522,8 +519,8 @@ mod tests {
         assert!((m.sleep_seconds - 0.5).abs() < 1e-9, "{m:?}");
         assert!((m.on_cpu_seconds - 0.2).abs() < 1e-9, "{m:?}");
         // Running through a whole window reads as running, not as no wait known.
-        s.end_round(root.path());
-        proc_state(root.path(), 'R');
+        s.end_round(&host);
+        proc_state(&root, 'R');
         s.totals = totals(times(2 * S, 0), Some(times(S / 10 + S / 5, 5 * S / 2)));
         let w = s.window(CG, &gpu, Some(1.0), &mut checks, &events).unwrap();
         assert_eq!(w.processes[0].main_thread.unwrap().on_cpu_seconds, 1.0);

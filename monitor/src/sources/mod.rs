@@ -4,4 +4,5 @@ pub mod containerd;
 pub mod cuda_probe;
 pub mod docker;
 pub mod gpu;
+pub mod host;
 pub mod stall_probe;

@@ -4,7 +4,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|path: &str| {
-    let id = gpuwatch::cgroup::classify(path);
+    let id = gpuwatch::sources::host::cgroup::classify(path);
     if let Some(container) = id.container_id() {
         assert_eq!(container.len(), 64, "{path:?} -> {id}");
         assert!(path.contains(container), "{path:?} -> {id}");

@@ -3,6 +3,6 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|text: &str| {
-    let layout = gpuwatch::cgroup::CgroupLayout::from_mountinfo(text);
+    let layout = gpuwatch::sources::host::cgroup::CgroupLayout::from_mountinfo(text);
     let _ = layout.v1_mount("cpu");
 });

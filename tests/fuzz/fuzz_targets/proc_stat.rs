@@ -4,5 +4,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = gpuwatch::sampler::process_checks::parse(data);
+    let _ = gpuwatch::sources::host::proc_stat::parse(data);
 });

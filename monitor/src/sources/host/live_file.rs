@@ -149,7 +149,7 @@ mod tests {
             0,
             "this test makes a cgroup: run it as root (`cargo xtask test` does)"
         );
-        let layout = crate::cgroup::CgroupLayout::detect().unwrap();
+        let layout = crate::sources::host::cgroup::CgroupLayout::detect().unwrap();
         let root = layout
             .unified
             .clone()

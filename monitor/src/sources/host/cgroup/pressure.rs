@@ -8,8 +8,8 @@
 //! CPU quota throttles a cgroup as its CPU pressure: a spinning container under `--cpus 0.3`
 //! gained 2.08 s of `cpu.pressure some` over 3 s in which `cpu.stat` counted 2.05 s throttled
 //! (kernel 6.18, hybrid host).
-use crate::live_file::LiveFile;
 use crate::model::PressureTotals;
+use crate::sources::host::live_file::LiveFile;
 use std::path::Path;
 
 /// The three pressure files of a cgroup, kept open.

@@ -1,8 +1,8 @@
 //! A workload's CPU and memory counters from its cgroup files (v1 and v2).
 use super::pressure::PressureFiles;
 use super::{layout::CgroupLayout, membership::CgroupMembership};
-use crate::live_file::LiveFile;
 use crate::model::{PressureTotals, QuotaPeriods};
+use crate::sources::host::live_file::LiveFile;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
