@@ -133,6 +133,67 @@ fn the_sampler_does_no_io_of_its_own() {
     }
 }
 
+/// The error type of every `Result<…>` written in `text`, whatever the lines it spans.
+fn result_error_types(text: &str) -> Vec<String> {
+    let code: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut out = Vec::new();
+    let mut rest = code.as_str();
+    while let Some(i) = rest.find("Result<") {
+        rest = &rest[i + "Result<".len()..];
+        let (mut depth, mut commas, mut end) = (1, Vec::new(), None);
+        for (j, c) in rest.char_indices() {
+            match c {
+                '<' | '(' | '[' => depth += 1,
+                '>' | ')' | ']' => depth -= 1,
+                ',' if depth == 1 => commas.push(j),
+                _ => {}
+            }
+            if depth == 0 {
+                end = Some(j);
+                break;
+            }
+        }
+        let Some(end) = end else { break };
+        // The last argument, or the one before a trailing comma.
+        let mut bounds: Vec<usize> = commas;
+        bounds.push(end);
+        if let [.., a, b] = bounds[..] {
+            let last = rest[a + 1..b].trim();
+            let error = match (last.is_empty(), bounds.len()) {
+                (true, n) if n >= 3 => rest[bounds[n - 3] + 1..a].trim(),
+                _ => last,
+            };
+            out.push(error.to_owned());
+        }
+    }
+    out
+}
+
+/// Errors are types that say what failed (thiserror in the library), never bare text.
+#[test]
+fn no_result_in_the_product_carries_its_error_as_a_string() {
+    assert_eq!(
+        result_error_types("fn f() -> Result<\n    HashMap<String, String>,\n    String,\n> {}"),
+        ["String"]
+    );
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for error in result_error_types(&text) {
+            assert!(
+                error != "String" && error != "&'static str" && error != "&str",
+                "{}: a Result whose error is {error}; give it an error type",
+                file.display()
+            );
+        }
+    }
+}
+
 #[test]
 fn the_analysis_reads_the_model_only() {
     layer_names_only("analysis", &["model", "units", "field_error"]);

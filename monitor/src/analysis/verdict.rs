@@ -451,10 +451,9 @@ pub fn assess(
     evidence.extend(contention.as_ref().map(contention_evidence));
     if !ebpf.up {
         let why = ebpf
-            .detail
-            .as_deref()
-            .unwrap_or("stall tracing unavailable");
-        evidence.extend(w.pressure.map(|p| pressure::evidence(&p, why)));
+            .detail()
+            .unwrap_or_else(|| "stall tracing unavailable".into());
+        evidence.extend(w.pressure.map(|p| pressure::evidence(&p, &why)));
     }
     let facts = Facts {
         w,
@@ -667,9 +666,9 @@ impl Facts<'_> {
         let (idle, config) = (self.idle, self.config);
         let why = self
             .ebpf
-            .detail
-            .as_deref()
-            .unwrap_or("stall tracing unavailable");
+            .detail()
+            .unwrap_or_else(|| "stall tracing unavailable".into());
+        let why = why.as_str();
         let Some(p) = self.w.pressure else {
             return Judged::new(
                 VerdictKind::Unknown,

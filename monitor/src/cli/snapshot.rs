@@ -68,7 +68,7 @@ fn first_window(
 /// `gpuwatch why`: the picked workloads' verdicts, evidence and advice.
 pub(crate) fn why(args: &WhyArgs, config: &Config) -> Result<()> {
     let (_agent, snap) = first_window(&args.sources, config, args.window)?;
-    let picked = why::pick(&snap, &args.names).map_err(anyhow::Error::msg)?;
+    let picked = why::pick(&snap, &args.names)?;
     let mut stdout = std::io::stdout().lock();
     if picked.is_empty() {
         writeln!(stdout, "No workload holds a GPU.").context("writing to stdout")?;

@@ -174,15 +174,15 @@ mod tests {
         let off = |nvml: SourceState| {
             let mut s = snapshot(0, vec![], vec![]);
             s.sources.nvml = nvml;
-            s.sources.docker = SourceState::down("disabled");
-            s.sources.ebpf = SourceState::down("disabled");
+            s.sources.docker = SourceState::disabled("disabled");
+            s.sources.ebpf = SourceState::disabled("disabled");
             let r = examine(&[s.clone(), s], &DoctorConfig::default(), None);
             (
                 r.status,
                 r.checks.iter().map(|c| c.check).collect::<Vec<_>>(),
             )
         };
-        assert_eq!(off(SourceState::down("disabled")), (Status::Ok, vec![]));
+        assert_eq!(off(SourceState::disabled("disabled")), (Status::Ok, vec![]));
         assert_eq!(
             off(SourceState::down("libnvidia-ml.so.1: not found")),
             (Status::Risk, vec!["nvml"])

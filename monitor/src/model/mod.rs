@@ -12,6 +12,7 @@ mod gpu;
 mod gpu_claim;
 mod headroom;
 mod ranks;
+mod source_state;
 mod verdict;
 mod workload;
 
@@ -30,6 +31,7 @@ pub use gpu::{
 pub use gpu_claim::{parse_visible_devices, ClaimVia, ClaimedDevices, DeviceRef, GpuClaim};
 pub use headroom::OomHeadroom;
 pub use ranks::{Rank, RankEnv, Straggler, StragglerBasis};
+pub use source_state::{SourceError, SourceState};
 pub use verdict::{
     Contention, HostSide, IdleGpu, LoaderSummary, OtherHolder, Speedup, UnknownVerdict, Verdict,
     VerdictBasis, VerdictKind,
@@ -196,29 +198,6 @@ pub struct Sources {
     pub ebpf: SourceState,
     /// The CUDA driver probes (uprobes on the driver library).
     pub cuda: SourceState,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct SourceState {
-    pub up: bool,
-    /// The reason a source is down (or disabled).
-    pub detail: Option<String>,
-}
-
-impl SourceState {
-    pub fn up() -> Self {
-        Self {
-            up: true,
-            detail: None,
-        }
-    }
-
-    pub fn down(detail: impl Into<String>) -> Self {
-        Self {
-            up: false,
-            detail: Some(detail.into()),
-        }
-    }
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -1,6 +1,6 @@
 //! The human table of `gpuwatch snapshot`: GPUs, then workloads, then what is degraded.
 use super::escape;
-use crate::model::{Snapshot, SourceState};
+use crate::model::Snapshot;
 use std::fmt::Write;
 
 /// The most characters a cell shows: a tenant's name, image or label can be a megabyte (Rust's
@@ -192,21 +192,15 @@ fn render_blind_spots(s: &Snapshot, out: &mut String) {
         ("docker", &s.sources.docker),
         ("ebpf", &s.sources.ebpf),
     ] {
-        match st {
-            SourceState { up: false, detail } => {
-                let detail = escape::terminal(detail.as_deref().unwrap_or("unknown"));
-                let _ = writeln!(out, "{name}: down ({detail})");
+        match (st.up, st.detail()) {
+            (false, detail) => {
+                let detail = detail.unwrap_or_else(|| "unknown".into());
+                let _ = writeln!(out, "{name}: down ({})", escape::terminal(&detail));
             }
-            SourceState {
-                up: true,
-                detail: Some(d),
-            } => {
-                let _ = writeln!(out, "{name}: {}", escape::terminal(d));
+            (true, Some(d)) => {
+                let _ = writeln!(out, "{name}: {}", escape::terminal(&d));
             }
-            SourceState {
-                up: true,
-                detail: None,
-            } => {}
+            (true, None) => {}
         }
     }
 }

@@ -101,7 +101,7 @@ fn sources(s: &crate::model::Sources) -> Markup {
             @if st.up {
                 span.up { (name) " up" }
             } @else {
-                span.down title=(text(st.detail.as_deref().unwrap_or("down"))) { (name) " down" }
+                span.down title=(text(&st.detail().unwrap_or_else(|| "down".into()))) { (name) " down" }
             }
         }
         "."

@@ -11,10 +11,26 @@ const NAME_MAX_CHARS: usize = 160;
 /// A line of evidence or advice is cut here: they quote names and labels.
 const TEXT_MAX_CHARS: usize = 2000;
 
+/// A name that picks no workload, and the workloads holding a GPU (bounded and escaped).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("no workload named {name:?}; those holding a GPU: {}", list(running))]
+pub struct NoSuchWorkload {
+    pub name: String,
+    pub running: Vec<String>,
+}
+
+fn list(running: &[String]) -> String {
+    if running.is_empty() {
+        "none".to_owned()
+    } else {
+        running.join(", ")
+    }
+}
+
 /// The workloads `names` picks: by name, by id (`docker:<id>` or the id alone, as long as it is
 /// unambiguous: a prefix of 12 characters or more, as `docker ps` prints them) or by compose
 /// service; all with a verdict when `names` is empty.
-pub fn pick<'a>(snap: &'a Snapshot, names: &[String]) -> Result<Vec<&'a Workload>, String> {
+pub fn pick<'a>(snap: &'a Snapshot, names: &[String]) -> Result<Vec<&'a Workload>, NoSuchWorkload> {
     let with_verdict: Vec<&Workload> = snap
         .workloads
         .iter()
@@ -31,15 +47,10 @@ pub fn pick<'a>(snap: &'a Snapshot, names: &[String]) -> Result<Vec<&'a Workload
                 .iter()
                 .map(|w| escape::terminal(&escape::bounded(&w.name, NAME_MAX_CHARS)).into_owned())
                 .collect();
-            return Err(format!(
-                "no workload named {:?}; those holding a GPU: {}",
-                escape::bounded(n, NAME_MAX_CHARS),
-                if running.is_empty() {
-                    "none".to_owned()
-                } else {
-                    running.join(", ")
-                }
-            ));
+            return Err(NoSuchWorkload {
+                name: escape::bounded(n, NAME_MAX_CHARS).into_owned(),
+                running,
+            });
         }
         for w in found {
             if !out.iter().any(|o: &&Workload| o.id == w.id) {
@@ -185,7 +196,7 @@ mod tests {
                 judged("eval", VerdictKind::Idle, "-"),
             ],
         );
-        let names = |p: Result<Vec<&Workload>, String>| -> Vec<String> {
+        let names = |p: Result<Vec<&Workload>, NoSuchWorkload>| -> Vec<String> {
             p.unwrap().iter().map(|w| w.name.clone()).collect()
         };
         assert_eq!(names(pick(&snap, &[])), ["trainer", "eval"]);
@@ -194,7 +205,7 @@ mod tests {
         assert_eq!(names(pick(&snap, &[id])), ["trainer"]);
         let err = pick(&snap, &["nope".into()]).unwrap_err();
         assert_eq!(
-            err,
+            err.to_string(),
             "no workload named \"nope\"; those holding a GPU: trainer, eval"
         );
     }

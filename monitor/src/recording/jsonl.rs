@@ -3,15 +3,24 @@
 //! `report` and `plot` read either form the same way. (Alert transitions are written to CSV
 //! recordings only.)
 use super::row::{Record, Row};
-use crate::model::VerdictKind;
+use crate::model::{UnknownVerdict, VerdictKind};
 use serde_json::Value;
 
+/// Why a line is not a snapshot.
+#[derive(Debug, thiserror::Error)]
+pub enum JsonlError {
+    #[error("not a snapshot: {0}")]
+    NotJson(#[from] serde_json::Error),
+    #[error("a snapshot without taken_at_unix_ms")]
+    NoTime,
+    #[error(transparent)]
+    Verdict(#[from] UnknownVerdict),
+}
+
 /// The rows of one line's snapshot: one per GPU, one per workload.
-pub fn rows(line: &str) -> Result<Vec<Row>, String> {
-    let s: Value = serde_json::from_str(line).map_err(|e| format!("not a snapshot: {e}"))?;
-    let unix_ms = s["taken_at_unix_ms"]
-        .as_f64()
-        .ok_or("a snapshot without taken_at_unix_ms")?;
+pub fn rows(line: &str) -> Result<Vec<Row>, JsonlError> {
+    let s: Value = serde_json::from_str(line)?;
+    let unix_ms = s["taken_at_unix_ms"].as_f64().ok_or(JsonlError::NoTime)?;
     let stamped = |record| Row {
         timestamp: text(&s["taken_at"]),
         unix_ms: Some(unix_ms),
@@ -42,7 +51,7 @@ pub fn rows(line: &str) -> Result<Vec<Row>, String> {
     for w in s["workloads"].as_array().into_iter().flatten() {
         let v = &w["verdict"];
         let verdict = match v["kind"].as_str() {
-            Some(k) => Some(k.parse::<VerdictKind>().map_err(|e| e.to_string())?),
+            Some(k) => Some(k.parse::<VerdictKind>()?),
             None => None,
         };
         out.push(Row {
@@ -120,9 +129,9 @@ mod tests {
         assert_eq!(w.advice, "profile the loop");
         assert_eq!(got[2].verdict, None);
         let e = rows(r#"{"gpus":[]}"#).unwrap_err();
-        assert!(e.contains("taken_at_unix_ms"), "{e}");
+        assert!(e.to_string().contains("taken_at_unix_ms"), "{e}");
         let e = rows(r#"{"taken_at_unix_ms":1,"workloads":[{"verdict":{"kind":"sleepy"}}]}"#)
             .unwrap_err();
-        assert!(e.contains("\"sleepy\" is not a verdict"), "{e}");
+        assert!(e.to_string().contains("\"sleepy\" is not a verdict"), "{e}");
     }
 }

@@ -181,8 +181,8 @@ pub fn parse_jsonl(
         if text.trim().is_empty() {
             continue;
         }
-        for row in jsonl::rows(&text).map_err(|m| malformed(line, m))? {
-            rec.add(row).map_err(|m| malformed(line, m.to_owned()))?;
+        for row in jsonl::rows(&text).map_err(|e| malformed(line, e.to_string()))? {
+            rec.add(row).map_err(|m| malformed(line, m.to_string()))?;
         }
     }
     if rec.gpus.is_empty() && rec.workloads.is_empty() {
@@ -282,6 +282,11 @@ pub fn parse(input: impl std::io::Read, path: &Path) -> Result<Recording, Record
     Ok(rec)
 }
 
+/// A row that lacks a column its record needs: which one.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct IncompleteRow(&'static str);
+
 impl Recording {
     /// Adds a row read from line `line`, or the error that line gave.
     fn add_parsed(
@@ -290,19 +295,24 @@ impl Recording {
         malformed: &impl Fn(u64, String) -> RecordingError,
     ) -> Result<(), RecordingError> {
         let (line, row) = row.map_err(|(line, m)| malformed(line, m))?;
-        self.add(row).map_err(|m| malformed(line, m.to_owned()))
+        self.add(row).map_err(|m| malformed(line, m.to_string()))
     }
 
     /// Adds one row to its series; what is wrong with it otherwise.
-    fn add(&mut self, row: Row) -> Result<(), &'static str> {
-        let unix_ms = row.unix_ms.ok_or("column unix_ms is empty")? as u64;
+    fn add(&mut self, row: Row) -> Result<(), IncompleteRow> {
+        let unix_ms = row
+            .unix_ms
+            .ok_or(IncompleteRow("column unix_ms is empty"))? as u64;
         if self.first_ms == 0 || unix_ms < self.first_ms {
             self.first_ms = unix_ms;
         }
         self.last_ms = self.last_ms.max(unix_ms);
-        match row.record.ok_or("column record is empty")? {
+        match row.record.ok_or(IncompleteRow("column record is empty"))? {
             Record::Gpu => {
-                let index = *row.gpu_index.first().ok_or("a gpu row without gpu_index")?;
+                let index = *row
+                    .gpu_index
+                    .first()
+                    .ok_or(IncompleteRow("a gpu row without gpu_index"))?;
                 let series = self.gpus.entry(index).or_default();
                 series.uuid = row.gpu_uuid;
                 series.name = row.gpu_name;
@@ -350,7 +360,9 @@ impl Recording {
             Record::Alert => self.alerts.push(AlertRow {
                 unix_ms,
                 rule: row.alert_rule,
-                state: row.alert_state.ok_or("an alert row without alert_state")?,
+                state: row
+                    .alert_state
+                    .ok_or(IncompleteRow("an alert row without alert_state"))?,
                 summary: row.alert_summary,
                 gpu: row.gpu_index.first().copied(),
                 workload_id: (!row.workload_id.is_empty()).then_some(row.workload_id),

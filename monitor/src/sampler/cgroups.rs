@@ -1,5 +1,5 @@
 //! Where each workload's cgroup is, resolved once from a member process.
-use crate::sources::host::cgroup::stats::{CgroupStatsPaths, LimitsCache};
+use crate::sources::host::cgroup::stats::{CgroupStatsPaths, LimitsCache, StatsError};
 use crate::sources::host::cgroup::{CgroupLayout, CgroupMembership};
 use crate::sources::host::cgroup_tree;
 use std::path::PathBuf;
@@ -7,7 +7,7 @@ use std::path::PathBuf;
 /// A workload's cgroup, resolved once from a member process.
 pub struct WorkloadCgroup {
     pub path: String,
-    pub stats: Result<CgroupStatsPaths, String>,
+    pub stats: Result<CgroupStatsPaths, StatsError>,
     /// Its limits as last read (they are read once every few rounds).
     pub limits: LimitsCache,
     /// Inode of the unified-hierarchy directory: the id eBPF reports.
@@ -19,7 +19,7 @@ pub struct WorkloadCgroup {
 impl WorkloadCgroup {
     pub fn resolve(layout: &CgroupLayout, membership: &CgroupMembership) -> Self {
         let path = membership.identity_path().to_owned();
-        let stats = CgroupStatsPaths::resolve(layout, membership).map_err(|e| e.to_string());
+        let stats = CgroupStatsPaths::resolve(layout, membership);
         let cgroup_id = membership
             .unified_dir(layout)
             .and_then(|d| cgroup_tree::inode(&d));

@@ -12,7 +12,7 @@ use super::demand::{Demand, TracingMode};
 use crate::events::{EventCounters, InternalEvent};
 use crate::model::{
     CudaCalls, CudaProcessCalls, CudaTracingState, CudaWindow, DriverLibrary, Gpu, ProcessRole,
-    Snapshot, SourceState, Transfer, Workload,
+    Snapshot, SourceError, SourceState, Transfer, Workload,
 };
 use crate::sources::cuda_probe::library::{self, LibraryFile};
 use crate::sources::cuda_probe::{entry_points, CudaProbe};
@@ -84,7 +84,7 @@ struct Library {
 }
 
 pub struct CudaTracing {
-    probe: Result<CudaProbe, String>,
+    probe: Result<CudaProbe, SourceError>,
     demand: Demand,
     config: CudaTracingConfig,
     libraries: BTreeMap<LibraryKey, Library>,
@@ -102,13 +102,15 @@ pub struct CudaTracing {
 impl CudaTracing {
     pub fn load(enabled: bool, config: CudaTracingConfig) -> Self {
         let probe = match (enabled, config.mode) {
-            (false, _) => Err("CUDA call tracing disabled (eBPF off)".to_owned()),
-            (true, TracingMode::Off) => {
-                Err("CUDA call tracing off (sources.cuda_tracing)".to_owned())
-            }
-            (true, _) => {
-                CudaProbe::load().map_err(|e| format!("CUDA call tracing unavailable: {e}"))
-            }
+            (false, _) => Err(SourceError::disabled(
+                "CUDA call tracing disabled (eBPF off)",
+            )),
+            (true, TracingMode::Off) => Err(SourceError::disabled(
+                "CUDA call tracing off (sources.cuda_tracing)",
+            )),
+            (true, _) => CudaProbe::load().map_err(|e| {
+                SourceError::failed(format_args!("CUDA call tracing unavailable: {e}"))
+            }),
         };
         if let (true, Err(e)) = (enabled && config.mode != TracingMode::Off, &probe) {
             tracing::warn!("{e}");
@@ -136,7 +138,7 @@ impl CudaTracing {
     pub fn source_state(&self) -> SourceState {
         match &self.probe {
             Ok(_) => SourceState::up(),
-            Err(e) => SourceState::down(e.clone()),
+            Err(e) => SourceState::from_error(e.clone()),
         }
     }
 

@@ -4,6 +4,7 @@
 //! driver reloaded while NVML was closed) is shut down and opened again: NVML enumerates only
 //! when it is initialised, so nothing else would show a GPU that appeared.
 use crate::events::{EventCounters, InternalEvent};
+use crate::model::SourceError;
 use crate::sources::gpu::driver_list::ListChange;
 use crate::sources::gpu::{GpuSource, GpuSourceConfig};
 use std::sync::Arc;
@@ -42,7 +43,7 @@ impl GpuOpener {
     pub(super) fn open(
         config: Option<&GpuSourceConfig>,
         events: Arc<EventCounters>,
-    ) -> (Self, Result<GpuSource, String>) {
+    ) -> (Self, Result<GpuSource, SourceError>) {
         let mut opener = Self {
             config: config.cloned(),
             events,
@@ -50,8 +51,8 @@ impl GpuOpener {
             next_list_check: Instant::now() + DRIVER_LIST_CHECK_EVERY,
         };
         let gpu = match &opener.config {
-            None => Err("disabled".to_owned()),
-            Some(c) => GpuSource::open(c, opener.events.clone()).map_err(|e| e.to_string()),
+            None => Err(SourceError::disabled("disabled")),
+            Some(c) => GpuSource::open(c, opener.events.clone()).map_err(SourceError::failed),
         };
         if let (Err(e), true) = (&gpu, opener.config.is_some()) {
             tracing::warn!(
@@ -64,7 +65,7 @@ impl GpuOpener {
     }
 
     /// What `gpu` needs now.
-    pub(super) fn due(&mut self, gpu: &Result<GpuSource, String>) -> Due {
+    pub(super) fn due(&mut self, gpu: &Result<GpuSource, SourceError>) -> Due {
         let now = Instant::now();
         if let Some((_, next)) = self.retry {
             return if now >= next {
@@ -86,12 +87,12 @@ impl GpuOpener {
     /// Opens the source (again) into `gpu`, the old one shut down first so that NVML
     /// enumerates afresh (its initialisations are counted: only the last shutdown closes it).
     /// A failure keeps the error in `gpu` and backs off. Returns whether it opened.
-    pub(super) fn reopen(&mut self, gpu: &mut Result<GpuSource, String>) -> bool {
+    pub(super) fn reopen(&mut self, gpu: &mut Result<GpuSource, SourceError>) -> bool {
         let Some(config) = &self.config else {
             return false;
         };
         if gpu.is_ok() {
-            *gpu = Err("re-opening".to_owned()); // drops the old source: nvmlShutdown
+            *gpu = Err(SourceError::failed("re-opening")); // drops the old source: nvmlShutdown
         }
         match GpuSource::open(config, self.events.clone()) {
             Ok(g) => {
@@ -106,10 +107,10 @@ impl GpuOpener {
                     .retry
                     .map_or(GPU_RETRY_FIRST, |(d, _)| (d * 2).min(GPU_RETRY_MAX));
                 self.retry = Some((delay, Instant::now() + delay));
-                let text = e.to_string();
-                if gpu.as_ref().err() != Some(&text) {
-                    self.events.emit(InternalEvent::NvmlCallFailed, &text);
-                    *gpu = Err(text);
+                let error = SourceError::failed(&e);
+                if gpu.as_ref().err() != Some(&error) {
+                    self.events.emit(InternalEvent::NvmlCallFailed, &error);
+                    *gpu = Err(error);
                 } else {
                     self.events.add(InternalEvent::NvmlCallFailed, 1);
                 }
@@ -145,7 +146,7 @@ mod tests {
     fn a_source_turned_off_is_never_due() {
         let events = Arc::new(EventCounters::default());
         let (mut opener, mut gpu) = GpuOpener::open(None, events);
-        assert_eq!(gpu.as_ref().err().map(String::as_str), Some("disabled"));
+        assert_eq!(gpu.as_ref().err(), Some(&SourceError::disabled("disabled")));
         opener.next_list_check = Instant::now();
         assert_eq!(opener.due(&gpu), Due::Nothing);
         assert!(!opener.reopen(&mut gpu));

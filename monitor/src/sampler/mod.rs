@@ -25,7 +25,8 @@ use crate::heartbeat::{Heartbeat, Step};
 use crate::model::{BlindSpot, ContainerInfo, DeviceReading, WorkloadId, WorkloadKind};
 use crate::model::{
     CpuUsage, Gpu, GpuProcess, HostInfo, MemoryUsage, Pressure, PressureTotals, ProcessCpu,
-    Snapshot, SourceState, Sources, Workload, WorkloadGpu, WorkloadGpuShare, SCHEMA_VERSION,
+    Snapshot, SourceError, SourceState, Sources, Workload, WorkloadGpu, WorkloadGpuShare,
+    SCHEMA_VERSION,
 };
 use crate::sources::containerd::CriTasks;
 use crate::sources::docker::DockerCache;
@@ -109,7 +110,7 @@ struct Previous {
 pub struct Sampler {
     layout: CgroupLayout,
     host: HostInfo,
-    gpu: Result<GpuSource, String>,
+    gpu: Result<GpuSource, SourceError>,
     docker: Option<Arc<DockerCache>>,
     /// Names the pods of containerd nodes, where no Docker lists them.
     cri: Option<CriTasks>,
@@ -446,7 +447,7 @@ impl Sampler {
         let sources = Sources {
             nvml: match &self.gpu {
                 Ok(_) => SourceState::up(),
-                Err(e) => SourceState::down(e.clone()),
+                Err(e) => SourceState::from_error(e.clone()),
             },
             docker: docker_state,
             ebpf: self.stalls.source_state(),
@@ -831,7 +832,7 @@ impl Sampler {
                         }
                     },
                     Err(e) => {
-                        w.errors.insert("cgroup", e.clone());
+                        w.errors.insert("cgroup", e.to_string());
                     }
                 }
             }

@@ -6,8 +6,8 @@ use super::io_tracing::{IoDemand, IoTracingConfig};
 use super::process_checks::ProcessChecks;
 use crate::events::{EventCounters, InternalEvent};
 use crate::model::{
-    IoSummary, IoTracing, IoTracingState, ProbeHealth, ProcessRole, ProcessStall, SourceState,
-    StallWindow, ThreadTimes,
+    IoSummary, IoTracing, IoTracingState, ProbeHealth, ProcessRole, ProcessStall, SourceError,
+    SourceState, StallWindow, ThreadTimes,
 };
 use crate::sources::host::pid::PidSet;
 use crate::sources::host::HostReader;
@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Instant;
 
 pub struct Stalls {
-    probe: Result<StallProbe, String>,
+    probe: Result<StallProbe, SourceError>,
     /// When the read and block programs are wanted.
     demand: IoDemand,
     on_since_unix_ms: Option<u64>,
@@ -43,9 +43,9 @@ impl Stalls {
                 TracingMode::Always => StallProbe::loader().load(),
                 _ => StallProbe::loader().attach_io(false).load(),
             }
-            .map_err(|e| format!("stall tracing unavailable: {e}"))
+            .map_err(|e| SourceError::failed(format_args!("stall tracing unavailable: {e}")))
         } else {
-            Err("stall tracing disabled".to_owned())
+            Err(SourceError::disabled("stall tracing disabled"))
         };
         if let (true, Err(e)) = (enabled, &probe) {
             tracing::warn!("{e}");
@@ -77,14 +77,11 @@ impl Stalls {
     pub fn source_state(&self) -> SourceState {
         match &self.probe {
             Ok(p) if p.missing.is_empty() => SourceState::up(),
-            Ok(p) => SourceState {
-                up: true,
-                detail: Some(format!(
-                    "not traced on this kernel: {}",
-                    p.missing.join("; ")
-                )),
-            },
-            Err(e) => SourceState::down(e.clone()),
+            Ok(p) => SourceState::partial(format!(
+                "not traced on this kernel: {}",
+                p.missing.join("; ")
+            )),
+            Err(e) => SourceState::from_error(e.clone()),
         }
     }
 

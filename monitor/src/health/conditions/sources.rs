@@ -8,19 +8,11 @@ pub const NVML: &str = "nvml";
 pub const DOCKER: &str = "docker";
 pub const STALL_TRACING: &str = "stall_tracing";
 
-/// A source turned off on purpose is no finding.
-fn disabled(state: &SourceState) -> bool {
-    !state.up
-        && state
-            .detail
-            .as_deref()
-            .is_some_and(|d| d.ends_with("disabled"))
-}
-
 pub fn examine(window: &Window<'_>, out: &mut Checks) {
     let sources = &window.last().sources;
-    let down = |s: &SourceState| !s.up && !disabled(s);
-    let detail = |s: &SourceState| s.detail.clone().unwrap_or_else(|| "down".into());
+    // A source turned off on purpose is no finding.
+    let down = |s: &SourceState| !s.up && !s.is_disabled();
+    let detail = |s: &SourceState| s.detail().unwrap_or_else(|| "down".into());
     if down(&sources.nvml) {
         out.add(
             NVML,
@@ -65,7 +57,7 @@ mod tests {
     fn a_source_down_is_named_and_one_turned_off_is_not() {
         let mut s = snapshot(0, vec![], vec![]);
         assert!(doctor_checks(examine, &[s.clone()]).0.is_empty());
-        s.sources.nvml = SourceState::down("disabled");
+        s.sources.nvml = SourceState::disabled("disabled");
         s.sources.docker = SourceState::down("connecting to /var/run/docker.sock: refused");
         s.sources.ebpf = SourceState::down("CAP_BPF missing");
         let checks = doctor_checks(examine, &[s.clone()]).0;
