@@ -2,7 +2,7 @@
 //! the daemon goes away, re-listed when it comes back. The daemon "goes away" by closing a
 //! socket proxy in front of the real one.
 
-use gpuwatch::events::{EventCounters, InternalEvent};
+use gpuwatch::events::{EventCounters, EventKind};
 use gpuwatch::sources::docker::{run, DockerCache, DockerSourceConfig};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -123,7 +123,7 @@ async fn follows_events_and_relists_after_the_daemon_returns() {
         cache.get(&c.id).is_some(),
         "names survive while Docker is away"
     );
-    assert!(events.get(InternalEvent::DockerEventStreamLost) >= 1);
+    assert!(events.get(EventKind::DockerEventStreamLost) >= 1);
 
     // A container removed while the daemon is away must be gone after the re-list.
     let id = c.id.clone();
@@ -306,7 +306,7 @@ async fn a_container_whose_inspect_fails_is_unverified_then_retried() {
     // Retried every 2 s: still failing, counted each time, logged once.
     tokio::time::sleep(gpuwatch::sources::docker::RETRY_EVERY * 2 + Duration::from_millis(500))
         .await;
-    assert!(events.get(InternalEvent::DockerRequestFailed) >= 2);
+    assert!(events.get(EventKind::DockerRequestFailed) >= 2);
     assert!(cache.unverified(&c.id).is_some());
     proxy.stop_failing();
     wait_for("the retry", Duration::from_secs(10), || {

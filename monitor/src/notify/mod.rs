@@ -4,7 +4,7 @@
 //! stays down costs retries with back-off on the worker, then `notification_failed`.
 mod alertmanager;
 
-use crate::events::{EventCounters, InternalEvent};
+use crate::events::{EventCounters, NotificationDropped, NotificationFailed};
 use crate::field_error::FieldError;
 use crate::health::alerts::{Alert, AlertState};
 use crate::units::duration;
@@ -211,10 +211,11 @@ impl Notifier {
         }) {
             Ok(b) => b,
             Err(e) => {
-                self.events.emit(
-                    InternalEvent::NotificationFailed,
-                    format_args!("encoding {}: {e}", alert.key),
-                );
+                self.events.emit(NotificationFailed {
+                    notifier: "encoding".into(),
+                    alert: alert.key.to_string(),
+                    error: e.to_string(),
+                });
                 return;
             }
         };
@@ -233,26 +234,25 @@ impl Notifier {
             let body = match body {
                 Ok(b) => b,
                 Err(e) => {
-                    self.events.emit(
-                        InternalEvent::NotificationFailed,
-                        format_args!("encoding {} for the {}: {e}", alert.key, w.name),
-                    );
+                    self.events.emit(NotificationFailed {
+                        notifier: format!("encoding for the {}", w.name),
+                        alert: alert.key.to_string(),
+                        error: e.to_string(),
+                    });
                     continue;
                 }
             };
             match w.queue.try_send(body) {
                 Ok(()) => {}
-                Err(TrySendError::Full(_)) => self.events.emit(
-                    InternalEvent::NotificationDropped,
-                    format_args!(
-                        "{} queue full; dropped {} {:?}",
-                        w.name, alert.key, alert.state
-                    ),
-                ),
-                Err(TrySendError::Disconnected(_)) => self.events.emit(
-                    InternalEvent::NotificationFailed,
-                    format_args!("{} worker is gone; {} not sent", w.name, alert.key),
-                ),
+                Err(TrySendError::Full(_)) => self.events.emit(NotificationDropped {
+                    notifier: w.name.to_string(),
+                    what: format!("queue full; dropped {} {:?}", alert.key, alert.state),
+                }),
+                Err(TrySendError::Disconnected(_)) => self.events.emit(NotificationFailed {
+                    notifier: w.name.to_string(),
+                    alert: alert.key.to_string(),
+                    error: "its worker is gone; not sent".into(),
+                }),
             }
         }
     }
@@ -267,10 +267,10 @@ impl Notifier {
                 std::thread::sleep(Duration::from_millis(20));
             }
             if !w.handle.is_finished() {
-                self.events.emit(
-                    InternalEvent::NotificationDropped,
-                    format_args!("{} still busy at shutdown; its queue is lost", w.name),
-                );
+                self.events.emit(NotificationDropped {
+                    notifier: w.name.to_string(),
+                    what: "still busy at shutdown; its queue is lost".into(),
+                });
             }
         }
     }
@@ -314,14 +314,11 @@ fn webhook_worker(c: &WebhookConfig, rx: &Receiver<Vec<u8>>, events: &EventCount
             match req.send(&body[..]) {
                 Ok(_) => break,
                 Err(e) if attempt == c.retries => {
-                    events.emit(
-                        InternalEvent::NotificationFailed,
-                        format_args!(
-                            "webhook {}: {e}; gave up after {} attempts",
-                            c.url,
-                            attempt + 1
-                        ),
-                    );
+                    events.emit(NotificationFailed {
+                        notifier: format!("webhook {}", c.url),
+                        alert: String::new(),
+                        error: format!("{e}; gave up after {} attempts", attempt + 1),
+                    });
                 }
                 Err(e) => {
                     tracing::debug!("webhook {}: {e}; retrying in {wait:?}", c.url);
@@ -336,10 +333,11 @@ fn webhook_worker(c: &WebhookConfig, rx: &Receiver<Vec<u8>>, events: &EventCount
 fn command_worker(c: &CommandConfig, rx: &Receiver<Vec<u8>>, events: &EventCounters) {
     while let Ok(body) = rx.recv() {
         if let Err(e) = run_command(c, &body) {
-            events.emit(
-                InternalEvent::NotificationFailed,
-                format_args!("command {:?}: {e}", c.argv[0]),
-            );
+            events.emit(NotificationFailed {
+                notifier: format!("command {:?}", c.argv[0]),
+                alert: String::new(),
+                error: e.to_string(),
+            });
         }
     }
 }

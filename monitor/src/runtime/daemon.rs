@@ -6,7 +6,7 @@
 //! error; the notifier then gets a few seconds to drain.
 use super::{rounds, Agent, Schedule};
 use crate::config::Config;
-use crate::events::InternalEvent;
+use crate::events::NotificationRateLimited;
 use crate::health::alerts::{AlertEngine, Transitions};
 use crate::model::Snapshot;
 use crate::notify::Notifier;
@@ -38,10 +38,10 @@ pub fn run_rounds<E>(
             notifier.send(a);
         }
         for a in &round.rate_limited {
-            events.emit(
-                InternalEvent::NotificationRateLimited,
-                format_args!("{} {:?} held back by the rate limit", a.key, a.state),
-            );
+            events.emit(NotificationRateLimited {
+                alert: a.key.to_string(),
+                state: format!("{:?}", a.state),
+            });
         }
         // The snapshot is the caller's now (to print, or to publish without a copy).
         each(snap, &round, &engine)

@@ -8,7 +8,7 @@
 //! was asked for and the round still has not returned after [`SHUTDOWN_GRACE`], it ends the
 //! process rather than wait for the source forever.
 use super::Agent;
-use crate::events::{EventCounters, InternalEvent};
+use crate::events::{EventCounters, SourceHung};
 use crate::heartbeat::{stall_limit, Heartbeat};
 use crate::model::Snapshot;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -96,7 +96,9 @@ fn watchdog(
         std::thread::park_timeout(Duration::from_secs(1));
         match heartbeat.stalled(limit) {
             Some(stall) if !reported => {
-                events.emit(InternalEvent::SourceHung, stall);
+                events.emit(SourceHung {
+                    stall: stall.to_string(),
+                });
                 reported = true;
             }
             None if reported => {

@@ -4,7 +4,7 @@
 //! of the engine the agent is connected to stands only where that engine lists the container
 //! and the path is the container's own cgroup (or below it); otherwise the process is a
 //! workload of its own, shown with its real path, and the look-alike is counted.
-use crate::events::{EventCounters, InternalEvent};
+use crate::events::{CgroupLookalike, EventCounters, EventKind};
 use crate::model::{Engine, WorkloadId, WorkloadKind};
 use crate::sources::docker::DockerCache;
 use crate::sources::host::HostReader;
@@ -68,14 +68,13 @@ impl CgroupVetting {
         if genuine {
             return claimed;
         }
-        let detail = format_args!(
-            "cgroup {path} looks like {claimed} but is not that container's cgroup: shown as \
-             its own workload"
-        );
         if self.reported.insert(path.to_owned()) {
-            events.emit(InternalEvent::CgroupLookalike, detail);
+            events.emit(CgroupLookalike {
+                path: path.to_owned(),
+                claimed: claimed.to_string(),
+            });
         } else {
-            events.add(InternalEvent::CgroupLookalike, 1);
+            events.add(EventKind::CgroupLookalike, 1);
         }
         WorkloadId::new(WorkloadKind::Cgroup, path)
     }

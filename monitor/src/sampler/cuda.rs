@@ -9,7 +9,7 @@
 //! loop's own CPU work apart. Rounds are looked at as they are taken (the GPU's instantaneous
 //! reading for its busy share) and again once published (the series').
 use super::demand::{Demand, TracingMode};
-use crate::events::{EventCounters, InternalEvent};
+use crate::events::{CudaProbeAttachFailed, EventCounters, ProbeMapReadFailed};
 use crate::model::{
     CudaCalls, CudaProcessCalls, CudaTracingState, CudaWindow, DriverLibrary, Gpu, ProcessRole,
     Snapshot, SourceError, SourceState, Transfer, Workload,
@@ -196,10 +196,10 @@ impl CudaTracing {
             for lib in self.libraries.values_mut() {
                 let Some(file) = &lib.file else { continue };
                 if let Err(e) = probe.attach(file, &lib.points) {
-                    events.emit(
-                        InternalEvent::CudaProbeAttachFailed,
-                        format_args!("{}: {e}", lib.info.path),
-                    );
+                    events.emit(CudaProbeAttachFailed {
+                        library: lib.info.path.to_string(),
+                        error: e.to_string(),
+                    });
                     lib.info.error = Some(e.to_string());
                     lib.file = None; // not tried again each round
                 }
@@ -223,7 +223,10 @@ impl CudaTracing {
         match probe.read(&mut self.totals) {
             Ok(()) => true,
             Err(e) => {
-                events.emit(InternalEvent::ProbeMapReadFailed, &e);
+                events.emit(ProbeMapReadFailed {
+                    probe: "CUDA",
+                    error: e.to_string(),
+                });
                 false
             }
         }
@@ -256,7 +259,10 @@ impl CudaTracing {
                             .entry(key)
                             .or_insert_with(|| known(file, events));
                     }
-                    Err(e) => events.emit(InternalEvent::CudaProbeAttachFailed, &e),
+                    Err(e) => events.emit(CudaProbeAttachFailed {
+                        library: format!("process {pid}'s driver library"),
+                        error: e.to_string(),
+                    }),
                 }
             }
             self.scanned.insert(
@@ -363,10 +369,10 @@ fn known(file: LibraryFile, events: &EventCounters) -> Library {
             }
         }
         Err(e) => {
-            events.emit(
-                InternalEvent::CudaProbeAttachFailed,
-                format_args!("{}: {e}", info.path),
-            );
+            events.emit(CudaProbeAttachFailed {
+                library: info.path.to_string(),
+                error: e.to_string(),
+            });
             info.error = Some(e.to_string());
             Library {
                 info,

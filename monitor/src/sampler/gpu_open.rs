@@ -3,7 +3,7 @@
 //! opened on another set of GPUs than the driver lists now (a GPU bound or unbound since, a
 //! driver reloaded while NVML was closed) is shut down and opened again: NVML enumerates only
 //! when it is initialised, so nothing else would show a GPU that appeared.
-use crate::events::{EventCounters, InternalEvent};
+use crate::events::{EventCounters, EventKind, NvmlCallFailed};
 use crate::model::SourceError;
 use crate::sources::gpu::driver_list::ListChange;
 use crate::sources::gpu::{GpuSource, GpuSourceConfig};
@@ -109,10 +109,10 @@ impl GpuOpener {
                 self.retry = Some((delay, Instant::now() + delay));
                 let error = SourceError::failed(&e);
                 if gpu.as_ref().err() != Some(&error) {
-                    self.events.emit(InternalEvent::NvmlCallFailed, &error);
+                    self.events.emit(NvmlCallFailed::library("opening", &error));
                     *gpu = Err(error);
                 } else {
-                    self.events.add(InternalEvent::NvmlCallFailed, 1);
+                    self.events.add(EventKind::NvmlCallFailed, 1);
                 }
                 false
             }
@@ -139,7 +139,7 @@ mod tests {
         assert_eq!(opener.retry.map(|r| r.0), Some(GPU_RETRY_FIRST * 2));
         assert!(!opener.reopen(&mut gpu));
         assert_eq!(opener.retry.map(|r| r.0), Some(GPU_RETRY_FIRST * 4));
-        assert_eq!(events.get(InternalEvent::NvmlCallFailed), 2);
+        assert_eq!(events.get(EventKind::NvmlCallFailed), 2);
     }
 
     #[test]

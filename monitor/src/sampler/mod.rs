@@ -20,7 +20,9 @@ pub mod process_checks;
 mod ranks;
 mod stalls;
 
-use crate::events::{EventCounters, InternalEvent};
+use crate::events::{
+    CgroupStatsFailed, CriSpecUnreadable, EventCounters, GpuProcessVanished, ProcReadFailed,
+};
 use crate::heartbeat::{Heartbeat, Step};
 use crate::model::{BlindSpot, ContainerInfo, DeviceReading, WorkloadId, WorkloadKind};
 use crate::model::{
@@ -562,13 +564,17 @@ impl Sampler {
             }
             Err(e) => {
                 let vanished = matches!(e, ProcessReadError::Vanished { .. });
-                let event = if vanished {
-                    InternalEvent::GpuProcessVanished
+                if vanished {
+                    self.events.emit(GpuProcessVanished {
+                        gpu: gpu_index,
+                        error: e.to_string(),
+                    });
                 } else {
-                    InternalEvent::ProcReadFailed
-                };
-                self.events
-                    .emit(event, format_args!("GPU {gpu_index}: {e}"));
+                    self.events.emit(ProcReadFailed {
+                        subject: format!("GPU {gpu_index}"),
+                        error: e.to_string(),
+                    });
+                }
                 // gone since the last round: its work up to the exit still belongs to the
                 // workload it had then
                 let workload = vanished
@@ -686,10 +692,10 @@ impl Sampler {
                 id
             }
             Err(e) => {
-                self.events.emit(
-                    InternalEvent::ProcReadFailed,
-                    format_args!("container {} init process: {e}", c.name),
-                );
+                self.events.emit(ProcReadFailed {
+                    subject: format!("container {} init process", c.name),
+                    error: e.to_string(),
+                });
                 docker
             }
         }
@@ -710,7 +716,9 @@ impl Sampler {
                     w.container_unverified = None;
                 }
                 Ok(None) => {}
-                Err(e) => self.events.emit(InternalEvent::CriSpecUnreadable, e),
+                Err(e) => self.events.emit(CriSpecUnreadable {
+                    error: e.to_string(),
+                }),
             }
         }
         let live: HashSet<&str> = workloads
@@ -826,8 +834,10 @@ impl Sampler {
                             now.cpu_seconds = Some(u.cpu_usage_seconds_total);
                         }
                         Err(e) => {
-                            self.events
-                                .emit(InternalEvent::CgroupStatsFailed, format_args!("{id}: {e}"));
+                            self.events.emit(CgroupStatsFailed {
+                                workload: id.to_string(),
+                                error: e.to_string(),
+                            });
                             w.errors.insert("cgroup", e.to_string());
                         }
                     },

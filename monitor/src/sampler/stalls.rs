@@ -4,7 +4,9 @@
 use super::demand::TracingMode;
 use super::io_tracing::{IoDemand, IoTracingConfig};
 use super::process_checks::ProcessChecks;
-use crate::events::{EventCounters, InternalEvent};
+use crate::events::{
+    EventCounters, EventKind, ProbeFilterFull, ProbeIoAttachFailed, ProbeMapReadFailed,
+};
 use crate::model::{
     IoSummary, IoTracing, IoTracingState, ProbeHealth, ProcessRole, ProcessStall, SourceError,
     SourceState, StallWindow, ThreadTimes,
@@ -123,7 +125,9 @@ impl Stalls {
                 tracing::info!("read tracing off: no workload needed it");
             }
             Ok(_) => {}
-            Err(e) => events.emit(InternalEvent::ProbeIoAttachFailed, &e),
+            Err(e) => events.emit(ProbeIoAttachFailed {
+                error: e.to_string(),
+            }),
         }
     }
 
@@ -135,14 +139,14 @@ impl Stalls {
         };
         match probe.watch(cgroups) {
             Ok(0) => {}
-            Ok(unwatched) => events.emit(
-                InternalEvent::ProbeFilterFull,
-                format_args!(
-                    "{unwatched} workloads not traced: the kernel filter holds {} cgroups",
-                    monitor_common::WATCHED_CGROUP_ENTRIES
-                ),
-            ),
-            Err(e) => events.emit(InternalEvent::ProbeMapReadFailed, &e),
+            Ok(unwatched) => events.emit(ProbeFilterFull {
+                unwatched,
+                capacity: monitor_common::WATCHED_CGROUP_ENTRIES as usize,
+            }),
+            Err(e) => events.emit(ProbeMapReadFailed {
+                probe: "stall",
+                error: e.to_string(),
+            }),
         }
         let io = probe.io_state();
         self.window_traced = self.io_at_read == IoTracing::On && io == IoTracing::On;
@@ -163,12 +167,15 @@ impl Stalls {
                         .as_ref()
                         .map_or(0, |p| evicted_since(p, &self.totals));
                 if evicted > 0 {
-                    events.add(InternalEvent::ProbeEntriesEvicted, evicted);
+                    events.add(EventKind::ProbeEntriesEvicted, evicted);
                 }
                 true
             }
             Err(e) => {
-                events.emit(InternalEvent::ProbeMapReadFailed, &e);
+                events.emit(ProbeMapReadFailed {
+                    probe: "stall",
+                    error: e.to_string(),
+                });
                 false
             }
         }
@@ -283,7 +290,7 @@ impl Stalls {
             let d = match previous.times.get(key) {
                 Some(before) => times_delta(now, before).unwrap_or_else(|| {
                     // evicted and re-created since the last round: only the new part is known
-                    events.add(InternalEvent::ProbeEntriesEvicted, 1);
+                    events.add(EventKind::ProbeEntriesEvicted, 1);
                     *now
                 }),
                 None => *now,

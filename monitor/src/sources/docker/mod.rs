@@ -12,7 +12,7 @@
 //! process in an unverified container's cgroup is not a ghost: Docker runs it.
 mod gpu_claims;
 
-use crate::events::{EventCounters, InternalEvent};
+use crate::events::{DockerEventStreamLost, DockerRequestFailed, EventCounters, EventKind};
 use crate::model::{ContainerInfo, Engine, GpuDeviceRequest, KubernetesPod};
 use bollard::models::ContainerInspectResponse;
 use bollard::query_parameters::{EventsOptions, InspectContainerOptions, ListContainersOptions};
@@ -194,12 +194,16 @@ pub async fn run(
                 let status = cache.status();
                 let was_up = status.up;
                 if was_up {
-                    events.emit(InternalEvent::DockerEventStreamLost, &text);
+                    events.emit(DockerEventStreamLost {
+                        error: text.clone(),
+                    });
                 } else if status.error.as_deref() == Some(text.as_str()) {
                     // The same failure again while retrying: count it, log it once.
-                    events.add(InternalEvent::DockerRequestFailed, 1);
+                    events.add(EventKind::DockerRequestFailed, 1);
                 } else {
-                    events.emit(InternalEvent::DockerRequestFailed, &text);
+                    events.emit(DockerRequestFailed {
+                        error: text.clone(),
+                    });
                 }
                 cache.set_down(text);
                 if was_up {
@@ -394,9 +398,11 @@ async fn inspect_outcome(
         Err(e) => {
             let text = format!("inspecting {id}: {}", with_causes(&e));
             if before == Some(text.as_str()) {
-                events.add(InternalEvent::DockerRequestFailed, 1);
+                events.add(EventKind::DockerRequestFailed, 1);
             } else {
-                events.emit(InternalEvent::DockerRequestFailed, &text);
+                events.emit(DockerRequestFailed {
+                    error: text.clone(),
+                });
             }
             InspectOutcome::Failed(text)
         }

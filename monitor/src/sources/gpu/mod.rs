@@ -17,7 +17,7 @@ mod raw;
 pub mod series;
 pub mod xid;
 
-use crate::events::{EventCounters, InternalEvent};
+use crate::events::{EventCounters, NvmlCallFailed};
 use crate::model::{
     DeviceReading, GpmState, PcieSource, PcieTraffic, ProcessKind, ProcessReading, SmActivity,
 };
@@ -229,10 +229,7 @@ impl GpuSource {
                     (d.uuid().ok(), name, minor_number)
                 }
                 Err(e) => {
-                    events.emit(
-                        InternalEvent::NvmlCallFailed,
-                        format_args!("GPU {index}: handle: {e}"),
-                    );
+                    events.emit(NvmlCallFailed::on_gpu(index, "handle", &e));
                     (None, None, None)
                 }
             };
@@ -317,10 +314,7 @@ impl GpuSource {
             let handle = unsafe { device.handle() };
             let lib = nvml.lib();
             let fail = |field: &'static str, e: NvmlError, fetch: &mut DeviceFetch| {
-                events.emit(
-                    InternalEvent::NvmlCallFailed,
-                    format_args!("GPU {index}: {field}: {e}"),
-                );
+                events.emit(NvmlCallFailed::on_gpu(index, field, &e));
                 fetch.errors.insert(field, e.to_string());
             };
             if cursor.series_supported {
@@ -434,10 +428,8 @@ impl GpuSource {
         if let Some(x) = &self.xid {
             let mut xids = Vec::new();
             if let Err(e) = x.drain(&self.nvml, &mut xids) {
-                self.events.emit(
-                    InternalEvent::NvmlCallFailed,
-                    format_args!("reading Xid events: {e}"),
-                );
+                self.events
+                    .emit(NvmlCallFailed::library("reading Xid events", &e));
                 for r in &mut out {
                     r.errors
                         .insert(XID_FIELD, format!("reading Xid events: {e}"));
@@ -474,10 +466,8 @@ impl OpenFailures<'_> {
             Ok(v) => Some(v),
             Err(NvmlError::NotSupported) => None,
             Err(e) => {
-                self.events.emit(
-                    InternalEvent::NvmlCallFailed,
-                    format_args!("GPU {}: {field}: {e}", self.index),
-                );
+                self.events
+                    .emit(NvmlCallFailed::on_gpu(self.index, field, &e));
                 self.errors.insert(field, e.to_string());
                 None
             }
@@ -508,10 +498,11 @@ fn open_xid_watch(
         Ok((watch, failed)) => {
             for (index, e) in failed {
                 if !matches!(e, NvmlError::NotSupported) {
-                    events.emit(
-                        InternalEvent::NvmlCallFailed,
-                        format_args!("GPU {index}: registering for Xid events: {e}"),
-                    );
+                    events.emit(NvmlCallFailed::on_gpu(
+                        index,
+                        "registering for Xid events",
+                        &e,
+                    ));
                     if let Some(c) = devices.iter_mut().find(|c| c.index == index) {
                         c.open_errors
                             .insert(XID_FIELD, format!("registering for Xid events: {e}"));
@@ -522,10 +513,7 @@ fn open_xid_watch(
         }
         Err(NvmlError::NotSupported) => None,
         Err(e) => {
-            events.emit(
-                InternalEvent::NvmlCallFailed,
-                format_args!("creating the Xid event set: {e}"),
-            );
+            events.emit(NvmlCallFailed::library("creating the Xid event set", &e));
             for c in devices.iter_mut() {
                 c.open_errors
                     .insert(XID_FIELD, format!("creating the Xid event set: {e}"));
@@ -584,10 +572,8 @@ impl Recorder<'_> {
                 if matches!(e, NvmlError::GpuLost) {
                     self.reading.lost = true;
                 }
-                self.events.emit(
-                    InternalEvent::NvmlCallFailed,
-                    format_args!("GPU {}: {field}: {e}", self.reading.index),
-                );
+                self.events
+                    .emit(NvmlCallFailed::on_gpu(self.reading.index, field, &e));
                 self.reading.errors.insert(field, e.to_string());
                 None
             }
