@@ -3,12 +3,14 @@
 //! there, as root, from the repository root; `cargo xtask gpu-bundle` makes it).
 //!
 //! Method: a load of CUDA processes (tests/gpu/torch_job.py, a 4096² matmul loop each) in child
-//! cgroups; each tool runs alone at 1 Hz for `--seconds`: gpuwatch `record` (eBPF on, the
-//! default series interval), and nvitop's API refreshing every device's processes with their
-//! SM, CPU and memory figures. Steady state is the on-CPU time of all the tool's threads
-//! (`/proc/<pid>/task/*/schedstat`) from `--warmup` seconds in to the end, per second; peak RSS
-//! is `VmHWM`. Two loads: one workload holding the GPU (gpuwatch needs no per-process call),
-//! and two sharing it (gpuwatch fetches the driver's split).
+//! cgroups; each tool runs alone at 1 Hz for `--seconds`: gpuwatch as users run it — `serve` in
+//! its default configuration (Docker on where a daemon answers, eBPF on, the default series
+//! interval) scraped every 15 s and every second — and `record --no-docker`; and nvitop's API
+//! refreshing every device's processes with their SM, CPU and memory figures. Steady state is
+//! the on-CPU time of all the tool's threads (`/proc/<pid>/task/*/schedstat`) from `--warmup`
+//! seconds in to the end, per second (the window is printed); peak RSS is `VmHWM`. Two loads:
+//! one workload holding the GPU (gpuwatch needs no per-process call), and two sharing it
+//! (gpuwatch fetches the driver's split).
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -33,6 +35,67 @@ pub struct Args {
     /// Also measure gpuwatch with its eBPF probes off.
     #[arg(long)]
     no_ebpf_too: bool,
+    /// Where `serve` listens while it is measured.
+    #[arg(long, default_value = "127.0.0.1:19879")]
+    listen: String,
+}
+
+/// Scrapes `/metrics` every `every` until dropped, as Prometheus would.
+struct Scraper {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl Scraper {
+    fn start(address: String, every: Duration) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut answered = 0;
+            let mut next = Instant::now() + Duration::from_secs(2);
+            while !flag.load(Ordering::Relaxed) {
+                if Instant::now() >= next {
+                    answered += u64::from(scrape(&address));
+                    next += every;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            answered
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops scraping; how many scrapes were answered.
+    fn finish(mut self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.take().map_or(0, |t| t.join().unwrap_or(0))
+    }
+}
+
+/// One `GET /metrics`; whether it was answered 200.
+fn scrape(address: &str) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut conn) = std::net::TcpStream::connect(address) else {
+        return false;
+    };
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+    let request = format!("GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    if conn.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut response = Vec::new();
+    let _ = conn.read_to_end(&mut response);
+    response.starts_with(b"HTTP/1.1 200")
+}
+
+/// Whether a Docker daemon answers on the default socket (the user's default configuration
+/// then has Docker on).
+fn docker_answers() -> bool {
+    std::os::unix::net::UnixStream::connect("/var/run/docker.sock").is_ok()
 }
 
 const NVITOP_REFRESH: &str = r#"
@@ -89,7 +152,13 @@ fn peak_rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-fn measure(tool: &str, load: &str, mut cmd: Command, args: &Args) -> Result<Measured> {
+fn measure(
+    tool: &str,
+    load: &str,
+    mut cmd: Command,
+    scrape_every: Option<Duration>,
+    args: &Args,
+) -> Result<Measured> {
     let mut child = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -97,6 +166,7 @@ fn measure(tool: &str, load: &str, mut cmd: Command, args: &Args) -> Result<Meas
         .with_context(|| format!("starting {tool}"))?;
     let pid = child.id();
     let started = Instant::now();
+    let scraper = scrape_every.map(|every| Scraper::start(args.listen.clone(), every));
     std::thread::sleep(Duration::from_secs(args.warmup));
     let (c0, t0) = (thread_cpu_ns(pid), Instant::now());
     std::thread::sleep(Duration::from_secs(
@@ -115,6 +185,7 @@ fn measure(tool: &str, load: &str, mut cmd: Command, args: &Args) -> Result<Meas
         .collect();
     threads.sort_by(|a, b| b.1.total_cmp(&a.1));
     let rss = peak_rss_kib(pid);
+    let scrapes = scraper.map(Scraper::finish);
     if let Ok(Some(status)) = child.try_wait() {
         let mut err = String::new();
         if let Some(mut e) = child.stderr.take() {
@@ -124,6 +195,12 @@ fn measure(tool: &str, load: &str, mut cmd: Command, args: &Args) -> Result<Meas
         bail!(
             "{tool} exited early ({status}) after {:?}: {err}",
             started.elapsed()
+        );
+    }
+    if scrapes == Some(0) {
+        bail!(
+            "{tool}: no scrape of http://{}/metrics was answered",
+            args.listen
         );
     }
     let _ = child.kill();
@@ -230,7 +307,8 @@ fn nvitop_path(wheels: &Path) -> Result<Option<PathBuf>> {
 
 pub fn run(args: Args) -> Result<()> {
     let nvitop_site = nvitop_path(&args.wheels)?;
-    let gpuwatch = |extra: &[&str]| {
+    let docker = docker_answers();
+    let record = |extra: &[&str]| {
         let mut c = Command::new(&args.gpuwatch);
         c.args([
             "record",
@@ -243,6 +321,17 @@ pub fn run(args: Args) -> Result<()> {
         .args(extra);
         c
     };
+    let serve = || {
+        let mut c = Command::new(&args.gpuwatch);
+        c.args([
+            "serve",
+            "--interval",
+            "1s",
+            "--web.listen-address",
+            &args.listen,
+        ]);
+        c
+    };
     let nvitop = || {
         let mut c = Command::new("python3");
         c.args(["-c", NVITOP_REFRESH]);
@@ -251,48 +340,67 @@ pub fn run(args: Args) -> Result<()> {
         }
         c
     };
+    let docker_words = if docker {
+        "Docker on"
+    } else {
+        "no Docker daemon"
+    };
+    let serve_15 = format!("gpuwatch serve ({docker_words}), scraped 15 s");
+    let serve_1 = format!("gpuwatch serve ({docker_words}), scraped 1 s");
     let mut results = Vec::new();
     for (load, groups) in [("one workload", 1), ("two workloads sharing", 2)] {
         let _load = Load::start(args.procs, groups)?;
-        results.push(measure(
-            "gpuwatch record, eBPF on",
-            load,
-            gpuwatch(&[]),
-            &args,
-        )?);
-        results.push(measure("nvitop API refresh", load, nvitop(), &args)?);
+        let fifteen = Some(Duration::from_secs(15));
+        results.push(measure(&serve_15, load, serve(), fifteen, &args)?);
+        let one = Some(Duration::from_secs(1));
+        results.push(measure(&serve_1, load, serve(), one, &args)?);
+        let no_docker = "gpuwatch record --no-docker";
+        results.push(measure(no_docker, load, record(&[]), None, &args)?);
+        results.push(measure("nvitop API refresh", load, nvitop(), None, &args)?);
         if args.no_ebpf_too {
             let m = measure(
-                "gpuwatch record, no eBPF",
+                "gpuwatch record --no-docker --no-ebpf",
                 load,
-                gpuwatch(&["--no-ebpf"]),
+                record(&["--no-ebpf"]),
+                None,
                 &args,
             )?;
             results.push(m);
         }
     }
     println!(
-        "{:<24} {:<26} {:>18} {:>14}",
+        "steady window: {} s to {} s after each tool's start ({} s), 1-s interval",
+        args.warmup,
+        args.seconds,
+        args.seconds.saturating_sub(args.warmup)
+    );
+    println!(
+        "{:<24} {:<44} {:>18} {:>14}",
         "load", "tool", "steady ms CPU / s", "peak RSS MiB"
     );
     for r in &results {
         println!(
-            "{:<24} {:<26} {:>18.3} {:>14.1}",
+            "{:<24} {:<44} {:>18.3} {:>14.1}",
             r.load, r.tool, r.steady_ms_per_s, r.peak_rss_mib
         );
     }
     for load in ["one workload", "two workloads sharing"] {
-        let of = |tool: &str| {
-            results
-                .iter()
-                .find(|r| r.load == load && r.tool.starts_with(tool))
+        let of = |tool: &str| results.iter().find(|r| r.load == load && r.tool == tool);
+        let Some(n) = of("nvitop API refresh") else {
+            continue;
         };
-        if let (Some(g), Some(n)) = (of("gpuwatch record, eBPF on"), of("nvitop")) {
-            println!(
-                "{load}: gpuwatch / nvitop = {:.2} (CPU), {:.2} (peak RSS)",
-                g.steady_ms_per_s / n.steady_ms_per_s,
-                g.peak_rss_mib / n.peak_rss_mib
-            );
+        for tool in [
+            serve_15.as_str(),
+            serve_1.as_str(),
+            "gpuwatch record --no-docker",
+        ] {
+            if let Some(g) = of(tool) {
+                println!(
+                    "{load}: {tool} / nvitop = {:.2} (CPU), {:.2} (peak RSS)",
+                    g.steady_ms_per_s / n.steady_ms_per_s,
+                    g.peak_rss_mib / n.peak_rss_mib
+                );
+            }
         }
     }
     println!("per thread (ms CPU / s):");
@@ -300,7 +408,7 @@ pub fn run(args: Args) -> Result<()> {
         let top: Vec<String> = r
             .threads
             .iter()
-            .take(6)
+            .take(8)
             .map(|(n, ms)| format!("{n} {ms:.3}"))
             .collect();
         println!("  {} / {}: {}", r.load, r.tool, top.join(", "));

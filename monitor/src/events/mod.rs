@@ -301,7 +301,10 @@ mod tests {
         let line = logged(SourceHung {
             stall: "reading NVML for 12 s".into(),
         });
-        assert!(line.contains("ERROR") && line.contains("stall=reading NVML"), "{line}");
+        assert!(
+            line.contains("ERROR") && line.contains("stall=reading NVML"),
+            "{line}"
+        );
         let line = logged(ProbeFilterFull {
             unwatched: 4,
             capacity: 1024,

@@ -126,6 +126,8 @@ pub struct Sampler {
     /// `/proc`, read from the agent's cgroup namespace.
     host_reader: HostReader,
     container_configs: ConfigReader,
+    /// The containers the cgroup tree shows, while Docker cannot be asked.
+    docker_cgroups: cgroup_tree::DockerCgroupScan,
     /// The engine's containers' own cgroup paths, to tell a container from a look-alike.
     vetting: cgroup_vetting::CgroupVetting,
     cgroups: HashMap<WorkloadId, WorkloadCgroup>,
@@ -209,6 +211,7 @@ impl Sampler {
             rank_envs: ranks::RankEnvs::new(host_reader.clone()),
             host_reader,
             container_configs: ConfigReader::default(),
+            docker_cgroups: cgroup_tree::DockerCgroupScan::default(),
             vetting: cgroup_vetting::CgroupVetting::default(),
             cgroups: HashMap::new(),
             previous: HashMap::new(),
@@ -654,7 +657,11 @@ impl Sampler {
             workloads.insert(id.clone(), new_workload(id, Some(c)));
         }
         if !docker_state.up {
-            for (id, path) in cgroup_tree::discover_docker_cgroups(&self.layout) {
+            let found = self
+                .docker_cgroups
+                .containers(&self.layout, Instant::now())
+                .to_vec();
+            for (id, path) in found {
                 if !self.cgroups.contains_key(&id) {
                     let membership = membership_for_path(&self.layout, &path);
                     self.remember_cgroup(id.clone(), &membership);

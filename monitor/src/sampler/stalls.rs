@@ -38,6 +38,11 @@ pub struct Stalls {
     round: u64,
 }
 
+/// Exited tasks are looked for every this many rounds: a look per unmoved task's process every
+/// round was a twentieth of a round, and an exited task's entry only takes map space meanwhile
+/// (its counters stand still, so it adds nothing to a window).
+const FORGET_EVERY_ROUNDS: u64 = 5;
+
 impl Stalls {
     pub fn load(enabled: bool, io: IoTracingConfig) -> Self {
         let probe = if enabled {
@@ -184,7 +189,9 @@ impl Stalls {
     /// Ends a round that read the counters: drops the tasks that exited and did not move since
     /// (their last window is counted), and keeps this round's counters as the next baseline.
     pub fn end_round(&mut self, host: &HostReader) {
-        self.forget_exited_tasks(host);
+        if self.round.is_multiple_of(FORGET_EVERY_ROUNDS) {
+            self.forget_exited_tasks(host);
+        }
         let round = self.round;
         self.in_progress.retain(|_, (_, r)| *r == round);
         self.round += 1;
