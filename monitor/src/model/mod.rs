@@ -79,6 +79,8 @@ pub struct Snapshot {
     /// Wall time of the series fetch made during this round (utilisation series, GPM, split),
     /// when one was made.
     pub series_fetch_seconds: Option<f64>,
+    /// The sampling thread's CPU time since the agent started, by step.
+    pub sampling_cpu_seconds: SamplingCpu,
     pub host: HostInfo,
     pub sources: Sources,
     pub gpus: Vec<Gpu>,
@@ -89,6 +91,21 @@ pub struct Snapshot {
     pub probes: Option<ProbeHealth>,
     /// Where the CUDA driver probes stand, when they can be used.
     pub cuda_tracing: Option<CudaTracingState>,
+}
+
+/// The sampling thread's CPU seconds since start, by the step of a round it was spent in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct SamplingCpu {
+    /// The round's own NVML calls.
+    pub nvml_readings: f64,
+    /// The series fetch: the utilisation series, GPM and the shared GPUs' split.
+    pub nvml_series: f64,
+    /// `/proc`, cgroup files and the probes' maps, and joining them.
+    pub host_readings: f64,
+    /// Completing the rounds the series covers.
+    pub publishing: f64,
+    /// The rest of the thread's work: judging, alerts and the outputs, between rounds.
+    pub other: f64,
 }
 
 /// What the kernel side counted against itself, and what this kernel cannot trace.
@@ -744,6 +761,7 @@ pub mod test_support {
             collection_seconds: 0.001,
             nvml_query_seconds: Some(0.001),
             series_fetch_seconds: None,
+            sampling_cpu_seconds: SamplingCpu::default(),
             host: HostInfo {
                 hostname: "test".into(),
                 kernel: "6.18".into(),

@@ -477,6 +477,7 @@ impl Sampler {
                 collection_seconds: started.elapsed().as_secs_f64(),
                 nvml_query_seconds,
                 series_fetch_seconds: None,
+                sampling_cpu_seconds: self.heartbeat.cpu(),
                 host: self.host.clone(),
                 sources,
                 gpus,

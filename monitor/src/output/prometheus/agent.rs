@@ -39,6 +39,22 @@ pub(super) fn encode(
         Gauge,
         one(s.collection_seconds),
     )?;
+    let cpu = &s.sampling_cpu_seconds;
+    family(
+        enc,
+        "gpuwatch_sampling_cpu",
+        "The sampling thread's CPU time since start, by the step of a round it was spent in.",
+        Some(Unit::Seconds),
+        Counter,
+        [
+            ("nvml_readings", cpu.nvml_readings),
+            ("nvml_series", cpu.nvml_series),
+            ("host_readings", cpu.host_readings),
+            ("publishing", cpu.publishing),
+            ("other", cpu.other),
+        ]
+        .map(|(step, v)| (vec![("step", step.to_owned())], v)),
+    )?;
     family(
         enc,
         "gpuwatch_last_collection_timestamp",
