@@ -4,14 +4,14 @@
 //! that is the cause; other workloads on its GPU when they are), its OOM headroom and, for a distributed job, the rank the others wait
 //! for; the snapshot arrives
 //! here with the facts only.
-pub mod container_config;
+pub mod config_checks;
 pub mod contention;
 pub mod energy;
 pub mod headroom;
 pub mod host_side;
 pub mod pressure;
-pub mod ranks;
 pub mod speedup;
+pub mod straggler;
 pub mod verdict;
 
 use crate::model::Snapshot;
@@ -38,9 +38,9 @@ pub fn judge(snap: &mut Snapshot, config: &AnalysisConfig) {
     for (w, shared) in snap.workloads.iter_mut().zip(shared) {
         w.verdict = verdict::assess(w, window, &snap.sources.ebpf, shared, &config.verdict);
         if let (Some(v), Some(c)) = (&mut w.verdict, &w.config) {
-            container_config::advise(v, c);
+            config_checks::advise(v, c);
         }
         w.oom_headroom = headroom::oom_headroom(w, &snap.gpus, &config.headroom);
-        w.straggler = ranks::straggler(w, &config.verdict);
+        w.straggler = straggler::straggler(w, &config.verdict);
     }
 }

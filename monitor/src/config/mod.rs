@@ -79,7 +79,7 @@ pub struct SourcesConfig {
     pub read_tracing: crate::sampler::io_tracing::IoTracingConfig,
     /// When the CUDA driver probes (uprobes on `libcuda.so`) are attached: `mode` adaptive
     /// (default), always or off, `linger`, `idle_share`, `active_share`.
-    pub cuda_tracing: crate::sampler::cuda::CudaTracingConfig,
+    pub cuda_tracing: crate::sampler::cuda_tracing::CudaTracingConfig,
 }
 
 impl Default for SourcesConfig {

@@ -139,19 +139,19 @@ macro_rules! internal_event {
     };
 }
 
-mod agent;
 mod engine;
 mod host;
 mod notify;
 mod nvml;
 mod probes;
+mod watchdog;
 
-pub use agent::SourceHung;
 pub use engine::{CriSpecUnreadable, DockerEventStreamLost, DockerRequestFailed};
 pub use host::{CgroupLookalike, CgroupStatsFailed, GpuProcessVanished, ProcReadFailed};
 pub use notify::{NotificationDropped, NotificationFailed, NotificationRateLimited};
 pub use nvml::NvmlCallFailed;
 pub use probes::{CudaProbeAttachFailed, ProbeFilterFull, ProbeIoAttachFailed, ProbeMapReadFailed};
+pub use watchdog::SourceHung;
 
 /// Counters of internal events by [`EventKind`], shared by all sources.
 #[derive(Debug)]

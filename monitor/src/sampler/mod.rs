@@ -10,14 +10,14 @@ pub mod attribution;
 mod busy_split;
 mod cgroup_vetting;
 mod cgroups;
-mod container_config;
-pub mod cuda;
+mod config_reader;
+pub mod cuda_tracing;
 pub mod demand;
 mod gpu_open;
 pub mod io_tracing;
 mod pending;
 pub mod process_checks;
-mod ranks;
+mod rank_envs;
 mod stalls;
 
 use crate::events::{
@@ -39,7 +39,7 @@ use crate::sources::host::pid::{PidMap, PidSet};
 use crate::sources::host::{cgroup_tree, system, HostReader};
 use attribution::{ProcessReadError, ProcessTable};
 use cgroups::{membership_for_path, WorkloadCgroup};
-use container_config::ConfigReader;
+use config_reader::ConfigReader;
 pub use gpu_open::{DRIVER_LIST_CHECK_EVERY, GPU_RETRY_FIRST, GPU_RETRY_MAX};
 use pending::{Completion, Fetched, PendingRound};
 use process_checks::ProcessChecks;
@@ -67,7 +67,7 @@ pub struct SamplerConfig {
     /// When the read and block programs are attached.
     pub io_tracing: io_tracing::IoTracingConfig,
     /// When the CUDA driver probes are attached.
-    pub cuda_tracing: cuda::CudaTracingConfig,
+    pub cuda_tracing: cuda_tracing::CudaTracingConfig,
     /// containerd's running tasks (`io.containerd.runtime.v2.task`), to name the pods of
     /// containerd nodes; `None` turns it off.
     pub cri_tasks: Option<PathBuf>,
@@ -97,7 +97,7 @@ impl Default for SamplerConfig {
             revalidate_rounds: 30,
             series_interval: DEFAULT_SERIES_INTERVAL,
             io_tracing: io_tracing::IoTracingConfig::default(),
-            cuda_tracing: cuda::CudaTracingConfig::default(),
+            cuda_tracing: cuda_tracing::CudaTracingConfig::default(),
         }
     }
 }
@@ -118,11 +118,11 @@ pub struct Sampler {
     cri: Option<CriTasks>,
     stalls: Stalls,
     /// The CUDA driver probes.
-    cuda: cuda::CudaTracing,
+    cuda: cuda_tracing::CudaTracing,
     processes: ProcessTable,
     checks: ProcessChecks,
     /// The launch environment of each rank of a job holding several GPUs.
-    rank_envs: ranks::RankEnvs,
+    rank_envs: rank_envs::RankEnvs,
     /// `/proc`, read from the agent's cgroup namespace.
     host_reader: HostReader,
     container_configs: ConfigReader,
@@ -176,12 +176,12 @@ impl Sampler {
             linger: linger(config.io_tracing.linger),
             ..config.io_tracing
         };
-        let cuda_tracing = cuda::CudaTracingConfig {
+        let cuda_tracing = cuda_tracing::CudaTracingConfig {
             linger: linger(config.cuda_tracing.linger),
             ..config.cuda_tracing
         };
         let stalls = Stalls::load(config.probes, io_tracing);
-        let cuda = cuda::CudaTracing::load(config.probes, cuda_tracing);
+        let cuda = cuda_tracing::CudaTracing::load(config.probes, cuda_tracing);
         system::trim_heap();
         let (gpu_opener, gpu) = gpu_open::GpuOpener::open(config.gpu.as_ref(), events.clone());
         let host_reader = HostReader::new(&config.proc_root);
@@ -208,7 +208,7 @@ impl Sampler {
             cuda,
             processes: ProcessTable::new(host_reader.clone(), config.revalidate_rounds),
             checks: ProcessChecks::new(&host_reader),
-            rank_envs: ranks::RankEnvs::new(host_reader.clone()),
+            rank_envs: rank_envs::RankEnvs::new(host_reader.clone()),
             host_reader,
             container_configs: ConfigReader::default(),
             docker_cgroups: cgroup_tree::DockerCgroupScan::default(),

@@ -108,7 +108,7 @@ impl Completion<'_> {
         }
         for w in &mut snap.workloads {
             finish_workload_busy(w);
-            super::ranks::finish(w);
+            super::rank_envs::finish(w);
         }
         snap
     }

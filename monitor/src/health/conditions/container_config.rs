@@ -1,10 +1,10 @@
 //! The container's own configuration, over the whole window: `container_shm`,
 //! `container_cpu_limit`, `container_memory_limit`, `container_memlock` and
-//! `gpu_allocated_idle` (the analysis stage's findings, [`crate::analysis::container_config`]).
+//! `gpu_allocated_idle` (the analysis stage's findings, [`crate::analysis::config_checks`]).
 //! A GPU counts as idle only if no round saw the container use it; every other check reports
 //! its worst round. Doctor.
-pub use crate::analysis::container_config::CHECKS as NAMES;
-use crate::analysis::container_config::{findings, ConfigFinding, Level, ALLOCATED_IDLE};
+pub use crate::analysis::config_checks::CHECKS as NAMES;
+use crate::analysis::config_checks::{findings, ConfigFinding, Level, ALLOCATED_IDLE};
 use crate::health::check::{Checks, Status, Window};
 use crate::model::WorkloadId;
 use std::collections::BTreeMap;

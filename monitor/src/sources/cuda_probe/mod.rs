@@ -3,7 +3,7 @@
 //! GPU processes map, and their per-task counters.
 //!
 //! Loaded once (maps and programs, nothing attached); attached to a library while its
-//! evidence is wanted and detached after (see `sampler::cuda`), since every hit stops the
+//! evidence is wanted and detached after (see `sampler::cuda_tracing`), since every hit stops the
 //! calling thread: measured on an H100 host, 0.5–0.9 µs for an entry probe, ~3 µs for an entry
 //! and a return probe (`monitor_common::cuda`).
 pub mod elf;
