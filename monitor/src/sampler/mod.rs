@@ -14,6 +14,7 @@ mod config_reader;
 pub mod cuda_tracing;
 pub mod demand;
 mod gpu_open;
+mod gpu_side;
 pub mod io_tracing;
 mod pending;
 pub mod process_checks;
@@ -27,12 +28,11 @@ use crate::heartbeat::{Heartbeat, Step};
 use crate::model::{BlindSpot, ContainerInfo, DeviceReading, WorkloadId, WorkloadKind};
 use crate::model::{
     CpuUsage, Gpu, GpuProcess, HostInfo, MemoryUsage, Pressure, PressureTotals, ProcessCpu,
-    Snapshot, SourceError, SourceState, Sources, Workload, WorkloadGpu, WorkloadGpuShare,
-    SCHEMA_VERSION,
+    Snapshot, SourceState, Sources, Workload, WorkloadGpu, WorkloadGpuShare, SCHEMA_VERSION,
 };
 use crate::sources::containerd::CriTasks;
 use crate::sources::docker::DockerCache;
-use crate::sources::gpu::{GpuSource, GpuSourceConfig};
+use crate::sources::gpu::GpuSourceConfig;
 use crate::sources::host::cgroup::namespace::NamespaceRoot;
 use crate::sources::host::cgroup::{CgroupLayout, CgroupMembership};
 use crate::sources::host::pid::{PidMap, PidSet};
@@ -41,10 +41,11 @@ use attribution::{ProcessReadError, ProcessTable};
 use cgroups::{membership_for_path, WorkloadCgroup};
 use config_reader::ConfigReader;
 pub use gpu_open::{DRIVER_LIST_CHECK_EVERY, GPU_RETRY_FIRST, GPU_RETRY_MAX};
-use pending::{Completion, Fetched, PendingRound};
+use gpu_side::GpuSide;
+use pending::PendingRound;
 use process_checks::ProcessChecks;
 use stalls::Stalls;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -112,7 +113,8 @@ struct Previous {
 pub struct Sampler {
     layout: CgroupLayout,
     host: HostInfo,
-    gpu: Result<GpuSource, SourceError>,
+    /// NVML, and the rounds waiting for its series.
+    gpu_side: GpuSide,
     docker: Option<Arc<DockerCache>>,
     /// Names the pods of containerd nodes, where no Docker lists them.
     cri: Option<CriTasks>,
@@ -137,15 +139,9 @@ pub struct Sampler {
     last_workloads: BTreeMap<WorkloadId, Workload>,
     /// The previous round's GPU processes and their workloads, to attribute one that exits.
     last_pid_workload: PidMap<WorkloadId>,
-    pending: VecDeque<PendingRound>,
-    fetched: Fetched,
-    series_interval: Duration,
-    last_fetch: Option<Instant>,
     events: Arc<EventCounters>,
     /// Which step a round is in, for the watchdog on another thread.
     heartbeat: Arc<Heartbeat>,
-    /// Opens NVML, again when it failed or the driver's GPUs changed.
-    gpu_opener: gpu_open::GpuOpener,
 }
 
 fn now_unix_us() -> u64 {
@@ -184,6 +180,7 @@ impl Sampler {
         let cuda = cuda_tracing::CudaTracing::load(config.probes, cuda_tracing);
         system::trim_heap();
         let (gpu_opener, gpu) = gpu_open::GpuOpener::open(config.gpu.as_ref(), events.clone());
+        let heartbeat = Arc::<Heartbeat>::default();
         let host_reader = HostReader::new(&config.proc_root);
         let mut blind_spots = host_reader.blind_spots();
         let cgroup_ns = own_cgroup_namespace(&layout, &config.proc_root, &mut blind_spots);
@@ -201,7 +198,6 @@ impl Sampler {
         Self {
             layout,
             host,
-            gpu,
             docker,
             cri: config.cri_tasks.as_ref().map(CriTasks::new),
             stalls,
@@ -218,35 +214,29 @@ impl Sampler {
             previous_at: None,
             last_workloads: BTreeMap::new(),
             last_pid_workload: PidMap::default(),
-            pending: VecDeque::new(),
-            fetched: Fetched::default(),
-            series_interval: config.series_interval,
-            last_fetch: None,
+            gpu_side: GpuSide::new(gpu, gpu_opener, config.series_interval, heartbeat.clone()),
             events,
-            heartbeat: Arc::default(),
-            gpu_opener,
+            heartbeat,
         }
     }
 
-    /// Opens NVML again when it failed and the back-off says so, or when the driver lists
-    /// other GPUs than NVML was opened on. Before a re-open the pending rounds are completed
-    /// on the old source (a GPU bound in front of the others renumbers them). Returns those.
+    /// Tends the GPU source (see [`GpuSide::tend`]); the rounds it completed.
     fn tend_gpu(&mut self) -> Vec<Snapshot> {
-        self.heartbeat.enter(Step::NvmlReadings);
-        let done = match self.gpu_opener.due(&self.gpu) {
-            gpu_open::Due::Nothing => return Vec::new(),
-            gpu_open::Due::Retry => Vec::new(),
-            gpu_open::Due::Reopen(change) => {
-                tracing::warn!("the driver's GPUs changed ({change}): opening NVML again");
-                self.flush()
-            }
-        };
-        if self.gpu_opener.reopen(&mut self.gpu) {
-            self.host.nvml_driver_version = self
-                .gpu
-                .as_ref()
-                .ok()
-                .and_then(|g| g.driver_version.clone());
+        let keep_from = self.previous_at.map(|p| p.1);
+        let tended = self.gpu_side.tend(keep_from);
+        if tended.opened {
+            self.host.nvml_driver_version = self.gpu_side.driver_version();
+        }
+        self.completed(tended.done)
+    }
+
+    /// Rounds just completed, as of now: the events counted so far (the fetches that completed
+    /// them included), and each observed by the probes' demand.
+    fn completed(&mut self, mut done: Vec<Snapshot>) -> Vec<Snapshot> {
+        for d in &mut done {
+            d.internal_events = self.events.to_map();
+            self.stalls.observe(d);
+            self.cuda.observe(d);
         }
         done
     }
@@ -269,14 +259,9 @@ impl Sampler {
     pub fn round(&mut self) -> Vec<Snapshot> {
         let mut done = self.tend_gpu();
         let p = self.take_round();
-        self.pending.push_back(p);
-        let due = self
-            .last_fetch
-            .is_none_or(|t| t.elapsed() >= self.series_interval);
-        if due {
-            self.fetch();
-        }
-        done.extend(self.complete(false));
+        let keep_from = self.previous_at.map(|p| p.1);
+        let held = self.gpu_side.hold(p, keep_from);
+        done.extend(self.completed(held));
         done
     }
 
@@ -284,92 +269,9 @@ impl Sampler {
     /// period for the series to reach the end of the newest window. For the end of a run and
     /// one-shot commands.
     pub fn flush(&mut self) -> Vec<Snapshot> {
-        if let (Some(end), Ok(g)) = (self.pending.back().and_then(|p| p.window_us), &self.gpu) {
-            let reach = |g: &GpuSource, snap: &Snapshot| {
-                snap.gpus
-                    .iter()
-                    .filter(|x| g.has_series(x.device.index))
-                    .all(|x| {
-                        g.covered_through(x.device.index)
-                            .is_some_and(|t| t >= end.1)
-                    })
-            };
-            let newest = self.pending.back().map(|p| &p.snapshot);
-            if newest.is_some_and(|s| !reach(g, s)) {
-                std::thread::sleep(Duration::from_millis(250));
-            }
-        }
-        self.fetch();
-        self.complete(true)
-    }
-
-    /// Fetches the GPU series, GPM and, for GPUs several workloads hold in a pending round, the
-    /// driver's per-process split.
-    fn fetch(&mut self) {
-        self.heartbeat.enter(Step::NvmlSeries);
-        self.last_fetch = Some(Instant::now());
-        let Ok(g) = &mut self.gpu else { return };
-        let mut shared: Vec<u32> = Vec::new();
-        for p in &self.pending {
-            for i in &p.shared_gpus {
-                if !shared.contains(i) {
-                    shared.push(*i);
-                }
-            }
-        }
-        let started = Instant::now();
-        let fetches = g.fetch(now_unix_us() / 1000, &shared);
-        if let Some(p) = self.pending.back_mut() {
-            p.snapshot.series_fetch_seconds = Some(started.elapsed().as_secs_f64());
-        }
-        self.fetched.add(fetches);
-    }
-
-    /// Completes the pending rounds the series covers, oldest first; all of them if `force`,
-    /// or any held longer than twice the series interval (a GPU whose series stalls must not
-    /// hold the others back: those rounds say what their series covered).
-    fn complete(&mut self, force: bool) -> Vec<Snapshot> {
-        self.heartbeat.enter(Step::Publishing);
-        let hold = self.series_interval * 2 + Duration::from_secs(5);
-        let mut out = Vec::new();
-        while let Some(front) = self.pending.front() {
-            let ready = force
-                || front.taken.elapsed() > hold
-                || match (front.window_us, &self.gpu) {
-                    (None, _) | (_, Err(_)) => true,
-                    (Some((_, end)), Ok(g)) => front.snapshot.gpus.iter().all(|x| {
-                        x.device.lost
-                            || !g.has_series(x.device.index)
-                            || g.covered_through(x.device.index).is_some_and(|t| t >= end)
-                    }),
-                };
-            if !ready {
-                break;
-            }
-            let Some(p) = self.pending.pop_front() else {
-                break;
-            };
-            let mut done = Completion {
-                gpu: self.gpu.as_ref().ok(),
-                fetched: &self.fetched,
-            }
-            .complete(p);
-            // As of now: the fetches that completed the round count too.
-            done.internal_events = self.events.to_map();
-            self.stalls.observe(&done);
-            self.cuda.observe(&done);
-            out.push(done);
-        }
-        // Keep the series back to where the oldest window still to be answered starts: the
-        // oldest pending round's, or, with none pending, the next round's (the latest round).
-        let keep_from = match self.pending.front() {
-            Some(p) => p.window_us.map(|w| w.0),
-            None => self.previous_at.map(|p| p.1),
-        };
-        if let (Ok(g), Some(t)) = (&mut self.gpu, keep_from) {
-            g.forget_before(t);
-        }
-        out
+        let keep_from = self.previous_at.map(|p| p.1);
+        let done = self.gpu_side.flush(keep_from);
+        self.completed(done)
     }
 
     /// Reads every source once into a round that waits for its GPU series.
@@ -383,22 +285,15 @@ impl Sampler {
             .map(|(p, _)| started.duration_since(p).as_secs_f64());
         let window_us = self.previous_at.map(|(_, a)| (a, now_us));
 
-        self.heartbeat.enter(Step::NvmlReadings);
-        let nvml_started = Instant::now();
-        let (readings, nvml_query_seconds) = match &mut self.gpu {
-            Ok(g) => (g.collect(), Some(nvml_started.elapsed().as_secs_f64())),
-            Err(_) => (Vec::new(), None),
-        };
+        let (readings, nvml_query_seconds) = self.gpu_side.readings();
         self.heartbeat.enter(Step::HostReadings);
         let mut gpus = self.attribute(readings);
         // A listed process found gone: the next round asks the driver for the lists again.
-        if let Ok(g) = &mut self.gpu {
-            for x in gpus
-                .iter()
-                .filter(|x| x.processes.iter().any(|p| p.vanished))
-            {
-                g.relist(x.device.index);
-            }
+        for x in gpus
+            .iter()
+            .filter(|x| x.processes.iter().any(|p| p.vanished))
+        {
+            self.gpu_side.relist(x.device.index);
         }
         // Without stall tracing, the GPU processes' CPU time is what tells the training loop's
         // work from the loader's: measured every round then, as on shared GPUs.
@@ -450,10 +345,7 @@ impl Sampler {
         self.previous_at = Some((started, now_us));
 
         let sources = Sources {
-            nvml: match &self.gpu {
-                Ok(_) => SourceState::up(),
-                Err(e) => SourceState::from_error(e.clone()),
-            },
+            nvml: self.gpu_side.state(),
             docker: docker_state,
             ebpf: self.stalls.source_state(),
             cuda: self.cuda.source_state(),
