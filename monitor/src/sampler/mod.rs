@@ -519,7 +519,7 @@ impl Sampler {
 
     fn docker_state(&self) -> SourceState {
         match &self.docker {
-            None => SourceState::down("disabled"),
+            None => SourceState::disabled("disabled"),
             Some(cache) => {
                 let status = cache.status();
                 if status.up {
@@ -995,5 +995,25 @@ mod tests {
         );
         g.processes = vec![process(9, None, 1)];
         assert!(!is_shared(&g), "one holder, even unattributed");
+    }
+
+    /// Sources turned off on purpose say so, so that doctor reports no finding for them; one
+    /// that fails is down without being disabled.
+    #[test]
+    fn sources_turned_off_read_as_disabled() {
+        let config = SamplerConfig {
+            gpu: None,
+            probes: false,
+            cri_tasks: None,
+            ..SamplerConfig::default()
+        };
+        let mut sampler = Sampler::new(&config, None, Arc::default());
+        // The first round has no window: it is complete at once.
+        let snap = sampler.round().pop().expect("the first round");
+        let s = &snap.sources;
+        assert!(s.nvml.is_disabled(), "{:?}", s.nvml);
+        assert!(s.docker.is_disabled(), "{:?}", s.docker);
+        assert!(s.ebpf.is_disabled(), "{:?}", s.ebpf);
+        assert!(s.cuda.is_disabled(), "{:?}", s.cuda);
     }
 }
