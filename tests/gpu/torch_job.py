@@ -29,12 +29,14 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=120)
     p.add_argument("--worker", type=float, default=None, help=argparse.SUPPRESS)
     p.add_argument("--busy", type=float, default=0.05)
+    p.add_argument("--hold-gib", type=float, default=None,
+                   help="GiB each worker holds (default: worker i holds i GiB)")
     a = p.parse_args()
     if a.worker is not None:
         worker(a.worker, a.seconds, a.busy)
         return
     children = [
-        subprocess.Popen([sys.executable, __file__, "--worker", str(i + 1), "--seconds", str(a.seconds), "--busy", str(a.busy)])
+        subprocess.Popen([sys.executable, __file__, "--worker", str(a.hold_gib or i + 1), "--seconds", str(a.seconds), "--busy", str(a.busy)])
         for i in range(a.procs)
     ]
     for c in children:

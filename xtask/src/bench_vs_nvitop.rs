@@ -38,6 +38,10 @@ pub struct Args {
     /// Where `serve` listens while it is measured.
     #[arg(long, default_value = "127.0.0.1:19879")]
     listen: String,
+    /// Instead: how each tool's cost grows from `--procs` CUDA processes in one cgroup to this
+    /// many in eight (`serve` scraped every 15 s, and nvitop).
+    #[arg(long)]
+    growth_to: Option<usize>,
 }
 
 /// Scrapes `/metrics` every `every` until dropped, as Prometheus would.
@@ -219,6 +223,11 @@ struct Load(Vec<Child>);
 
 impl Load {
     fn start(procs: usize, groups: usize) -> Result<Self> {
+        Self::start_holding(procs, groups, None)
+    }
+
+    /// `hold_gib`: what each process holds (by default process i of a group holds i GiB).
+    fn start_holding(procs: usize, groups: usize, hold_gib: Option<f64>) -> Result<Self> {
         let mut children = Vec::new();
         let per = procs.div_ceil(groups);
         let _ = std::fs::write("/sys/fs/cgroup/cgroup.subtree_control", "+cpu +memory");
@@ -228,7 +237,8 @@ impl Load {
             let child = Command::new("sh")
                 .arg("-c")
                 .arg(format!(
-                    "echo $$ > {cg}/cgroup.procs && exec python3 tests/gpu/torch_job.py --procs {per} --seconds 600"
+                    "echo $$ > {cg}/cgroup.procs && exec python3 tests/gpu/torch_job.py --procs {per} --seconds 600{hold}",
+                    hold = hold_gib.map_or(String::new(), |g| format!(" --hold-gib {g}"))
                 ))
                 .stdout(Stdio::piped())
                 .spawn()
@@ -240,22 +250,30 @@ impl Load {
         Ok(load)
     }
 
-    /// Waits until each group's `per` workers say they are ready, then a little longer.
+    /// Waits until each group's `per` workers say they are ready, then a little longer; an
+    /// error after four minutes (a worker that died, out of GPU memory say, never says so).
     fn wait_ready(&mut self, per: usize) -> Result<()> {
         use std::io::{BufRead, BufReader};
+        let deadline = Instant::now() + Duration::from_secs(240);
         for c in &mut self.0 {
             let out = c.stdout.take().context("the load's stdout")?;
-            let mut lines = BufReader::new(out).lines();
-            let mut ready = 0;
-            while ready < per {
-                match lines.next() {
-                    Some(Ok(l)) if l.contains("worker ready") => ready += 1,
-                    Some(Ok(_)) => {}
-                    _ => bail!("the GPU load ended before its workers were ready"),
+            let (tx, rx) = std::sync::mpsc::channel();
+            // Reads on, so the workers never block on a full pipe.
+            std::thread::spawn(move || {
+                for line in BufReader::new(out).lines() {
+                    let Ok(line) = line else { break };
+                    if line.contains("worker ready") {
+                        // Once nobody counts, the send fails: keep draining all the same.
+                        let _ = tx.send(());
+                    }
+                }
+            });
+            for _ in 0..per {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if rx.recv_timeout(left).is_err() {
+                    bail!("the GPU load's workers were not all ready within four minutes");
                 }
             }
-            // Keep draining, so the workers never block on a full pipe.
-            std::thread::spawn(move || lines.for_each(drop));
         }
         std::thread::sleep(Duration::from_secs(3));
         Ok(())
@@ -306,6 +324,9 @@ fn nvitop_path(wheels: &Path) -> Result<Option<PathBuf>> {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if let Some(to) = args.growth_to {
+        return growth(&args, to);
+    }
     let nvitop_site = nvitop_path(&args.wheels)?;
     let docker = docker_answers();
     let record = |extra: &[&str]| {
@@ -412,6 +433,66 @@ pub fn run(args: Args) -> Result<()> {
             .map(|(n, ms)| format!("{n} {ms:.3}"))
             .collect();
         println!("  {} / {}: {}", r.load, r.tool, top.join(", "));
+    }
+    Ok(())
+}
+
+/// Each tool's cost at `--procs` processes in one cgroup and at `to` in eight, and the ratio.
+fn growth(args: &Args, to: usize) -> Result<()> {
+    let nvitop_site = nvitop_path(&args.wheels)?;
+    let serve = || {
+        let mut c = Command::new(&args.gpuwatch);
+        c.args([
+            "serve",
+            "--interval",
+            "1s",
+            "--web.listen-address",
+            &args.listen,
+        ]);
+        c
+    };
+    let nvitop = || {
+        let mut c = Command::new("python3");
+        c.args(["-c", NVITOP_REFRESH]);
+        if let Some(site) = &nvitop_site {
+            c.env("PYTHONPATH", site);
+        }
+        c
+    };
+    let fifteen = Some(Duration::from_secs(15));
+    let serve_name = if docker_answers() {
+        "gpuwatch serve (Docker on), scraped 15 s"
+    } else {
+        "gpuwatch serve (no Docker daemon), scraped 15 s"
+    };
+    let mut rows = Vec::new();
+    for (procs, groups) in [(args.procs, 1), (to, 8)] {
+        let load = format!("{procs} processes in {groups} cgroup(s)");
+        // Half a GiB each: 32 processes holding 1-4 GiB each do not fit an 80-GB GPU.
+        let _load = Load::start_holding(procs, groups, Some(0.5))?;
+        rows.push(measure(serve_name, &load, serve(), fifteen, args)?);
+        rows.push(measure("nvitop API refresh", &load, nvitop(), None, args)?);
+    }
+    println!(
+        "steady window: {} s to {} s after each tool's start, 1-s interval",
+        args.warmup, args.seconds
+    );
+    for r in &rows {
+        println!(
+            "{:<32} {:<48} {:>8.3} ms/s {:>7.1} MiB",
+            r.load, r.tool, r.steady_ms_per_s, r.peak_rss_mib
+        );
+    }
+    for tool in [serve_name, "nvitop API refresh"] {
+        let of: Vec<&Measured> = rows.iter().filter(|r| r.tool == tool).collect();
+        if let [small, large] = of[..] {
+            println!(
+                "{tool}: {} -> {} processes grows {:.2}x",
+                args.procs,
+                to,
+                large.steady_ms_per_s / small.steady_ms_per_s
+            );
+        }
     }
     Ok(())
 }
