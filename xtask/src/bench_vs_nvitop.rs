@@ -323,6 +323,30 @@ fn nvitop_path(wheels: &Path) -> Result<Option<PathBuf>> {
     Ok(Some(target))
 }
 
+/// `gpuwatch serve` as users run it (the default configuration), at 1 Hz, listening where the
+/// scraper looks.
+fn serve_command(args: &Args) -> Command {
+    let mut c = Command::new(&args.gpuwatch);
+    c.args([
+        "serve",
+        "--interval",
+        "1s",
+        "--web.listen-address",
+        &args.listen,
+    ]);
+    c
+}
+
+/// nvitop's API refreshing at 1 Hz, from `site` where it was installed privately.
+fn nvitop_command(site: Option<&Path>) -> Command {
+    let mut c = Command::new("python3");
+    c.args(["-c", NVITOP_REFRESH]);
+    if let Some(site) = site {
+        c.env("PYTHONPATH", site);
+    }
+    c
+}
+
 pub fn run(args: Args) -> Result<()> {
     if let Some(to) = args.growth_to {
         return growth(&args, to);
@@ -342,25 +366,8 @@ pub fn run(args: Args) -> Result<()> {
         .args(extra);
         c
     };
-    let serve = || {
-        let mut c = Command::new(&args.gpuwatch);
-        c.args([
-            "serve",
-            "--interval",
-            "1s",
-            "--web.listen-address",
-            &args.listen,
-        ]);
-        c
-    };
-    let nvitop = || {
-        let mut c = Command::new("python3");
-        c.args(["-c", NVITOP_REFRESH]);
-        if let Some(site) = &nvitop_site {
-            c.env("PYTHONPATH", site);
-        }
-        c
-    };
+    let serve = || serve_command(&args);
+    let nvitop = || nvitop_command(nvitop_site.as_deref());
     let docker_words = if docker {
         "Docker on"
     } else {
@@ -440,25 +447,8 @@ pub fn run(args: Args) -> Result<()> {
 /// Each tool's cost at `--procs` processes in one cgroup and at `to` in eight, and the ratio.
 fn growth(args: &Args, to: usize) -> Result<()> {
     let nvitop_site = nvitop_path(&args.wheels)?;
-    let serve = || {
-        let mut c = Command::new(&args.gpuwatch);
-        c.args([
-            "serve",
-            "--interval",
-            "1s",
-            "--web.listen-address",
-            &args.listen,
-        ]);
-        c
-    };
-    let nvitop = || {
-        let mut c = Command::new("python3");
-        c.args(["-c", NVITOP_REFRESH]);
-        if let Some(site) = &nvitop_site {
-            c.env("PYTHONPATH", site);
-        }
-        c
-    };
+    let serve = || serve_command(args);
+    let nvitop = || nvitop_command(nvitop_site.as_deref());
     let fifteen = Some(Duration::from_secs(15));
     let serve_name = if docker_answers() {
         "gpuwatch serve (Docker on), scraped 15 s"
