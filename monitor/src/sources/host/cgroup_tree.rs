@@ -74,19 +74,12 @@ pub fn discover_docker_cgroups(layout: &CgroupLayout) -> Vec<(WorkloadId, String
 mod tests {
     use super::*;
 
-    fn layout_at(root: &Path) -> CgroupLayout {
-        CgroupLayout::from_mountinfo(&format!(
-            "30 23 0:26 / {} rw,nosuid shared:4 - cgroup2 cgroup2 rw\n",
-            root.display()
-        ))
-    }
-
     #[test]
     fn the_tree_is_listed_again_only_after_the_rescan_period() {
         let root = tempfile::tempdir().unwrap();
         let id = "a".repeat(64);
         std::fs::create_dir_all(root.path().join(format!("docker/{id}"))).unwrap();
-        let layout = layout_at(root.path());
+        let layout = CgroupLayout::unified_at(root.path());
         let mut scan = DockerCgroupScan::default();
         let t0 = Instant::now();
         assert_eq!(scan.containers(&layout, t0).len(), 1);

@@ -26,6 +26,15 @@ pub struct LayoutError {
 }
 
 impl CgroupLayout {
+    /// A pure cgroup v2 host whose hierarchy is mounted at `root` (a test's directory).
+    #[cfg(test)]
+    pub fn unified_at(root: &std::path::Path) -> Self {
+        Self::from_mountinfo(&format!(
+            "35 25 0:30 / {} rw - cgroup2 cgroup2 rw\n",
+            root.display()
+        ))
+    }
+
     /// Reads the layout of the running host.
     pub fn detect() -> Result<Self, LayoutError> {
         let path = Path::new("/proc/self/mountinfo");

@@ -327,13 +327,6 @@ fn parse_error(path: &Path, field: &'static str, text: &str) -> StatsError {
 mod tests {
     use super::*;
 
-    fn layout_v2(root: &Path) -> CgroupLayout {
-        CgroupLayout::from_mountinfo(&format!(
-            "35 25 0:30 / {} rw - cgroup2 cgroup2 rw\n",
-            root.display()
-        ))
-    }
-
     #[test]
     fn reads_v2_files() {
         let root = tempfile::tempdir().unwrap();
@@ -353,7 +346,8 @@ mod tests {
         )
         .unwrap();
         let m = CgroupMembership::parse("0::/job\n");
-        let mut paths = CgroupStatsPaths::resolve(&layout_v2(root.path()), &m).unwrap();
+        let mut paths =
+            CgroupStatsPaths::resolve(&CgroupLayout::unified_at(root.path()), &m).unwrap();
         let u = paths.read(&mut LimitsCache::default()).unwrap();
         assert_eq!(u.cpu_usage_seconds_total, 2.5);
         assert_eq!(u.memory_bytes, 1 << 20);
@@ -390,7 +384,8 @@ mod tests {
         std::fs::write(dir.join("memory.max"), "max\n").unwrap();
         std::fs::write(dir.join("cpu.max"), "max 100000\n").unwrap();
         let m = CgroupMembership::parse("0::/job\n");
-        let mut paths = CgroupStatsPaths::resolve(&layout_v2(root.path()), &m).unwrap();
+        let mut paths =
+            CgroupStatsPaths::resolve(&CgroupLayout::unified_at(root.path()), &m).unwrap();
         let mut cache = LimitsCache::default();
         let first = paths.read(&mut cache).unwrap();
         assert_eq!(
