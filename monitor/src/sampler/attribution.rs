@@ -1,191 +1,151 @@
-//! Host PID → workload, through the host's [`process`](crate::sources::host::process) reader,
-//! with a cache that reads `/proc` only when it cannot vouch for a PID.
-//!
-//! Processes are keyed on (pid, start time) because PIDs are reused. `/proc` is read only for a
-//! PID that was not present in the previous round, or whose entry is older than
-//! `revalidate_after` rounds (a process can be moved to another cgroup); a PID that disappears
-//! from the caller's list is forgotten at the end of the round. A cached PID costs one liveness
-//! check per round.
+//! The attribution stage: each GPU process the driver lists, joined to the workload whose cgroup
+//! it is in. The [`ProcessTable`] reads `/proc` only for PIDs it cannot vouch for; a cgroup path
+//! with a container's shape is vetted against the engine ([`CgroupVetting`]); a process gone
+//! since the last round keeps the workload it had then.
+use super::cgroup_vetting::CgroupVetting;
+use super::cgroups::WorkloadCgroups;
+use super::process_table::{ProcessReadError, ProcessTable};
+use crate::events::{EventCounters, GpuProcessVanished, ProcReadFailed};
+use crate::model::{DeviceReading, Gpu, GpuProcess, ProcessReading, WorkloadId};
+use crate::sources::docker::DockerCache;
+use crate::sources::host::cgroup::CgroupMembership;
 use crate::sources::host::pid::PidMap;
-pub use crate::sources::host::process::{ProcessInfo, ProcessReadError};
 use crate::sources::host::HostReader;
 
-struct Entry {
-    info: ProcessInfo,
-    /// The round in which this entry was last confirmed present.
-    seen_round: u64,
-    /// The round in which `/proc` was last read for it.
-    read_round: u64,
+/// What attribution reads from besides its own state: the round's sources.
+pub(super) struct AttributionSources<'a> {
+    pub docker: Option<&'a DockerCache>,
+    pub host: &'a HostReader,
+    pub events: &'a EventCounters,
 }
 
-/// The cache of attributed processes; see the module docs for when `/proc` is read.
-pub struct ProcessTable {
-    host: HostReader,
-    entries: PidMap<Entry>,
-    round: u64,
-    revalidate_after: u64,
-    /// `/proc` reads done since creation (for tests and the benchmark).
-    pub proc_reads: u64,
+pub(super) struct Attribution {
+    processes: ProcessTable,
+    /// The engine's containers' own cgroup paths, to tell a container from a look-alike.
+    vetting: CgroupVetting,
+    /// The previous round's GPU processes and their workloads, to attribute one that exits.
+    last_pid_workload: PidMap<WorkloadId>,
 }
 
-impl ProcessTable {
-    pub fn new(host: HostReader, revalidate_after: u64) -> Self {
+impl Attribution {
+    pub fn new(host: HostReader, revalidate_rounds: u64) -> Self {
         Self {
-            host,
-            entries: PidMap::default(),
-            round: 0,
-            revalidate_after: revalidate_after.max(1),
-            proc_reads: 0,
+            processes: ProcessTable::new(host, revalidate_rounds),
+            vetting: CgroupVetting::default(),
+            last_pid_workload: PidMap::default(),
         }
     }
 
-    /// Starts a new round; call once per sampling round, before [`Self::resolve`].
-    pub fn begin_round(&mut self) {
-        self.round += 1;
-    }
-
-    /// Resolves one PID, reading `/proc` only when the cache cannot vouch for it.
-    pub fn resolve(&mut self, pid: u32) -> Result<&ProcessInfo, ProcessReadError> {
-        let round = self.round;
-        let host = &self.host;
-        let fresh = self.entries.get(&pid).is_some_and(|e| {
-            // Already confirmed this round (a process on several GPUs), or present in the
-            // previous round, read recently and still alive (one stat: an exit between rounds
-            // must not be served from the cache).
-            e.seen_round == round
-                || (e.seen_round + 1 == round
-                    && round - e.read_round < self.revalidate_after
-                    && host.alive(pid))
-        });
-        if !fresh {
-            self.proc_reads += 1;
-            let info = match self.host.process(pid) {
-                Ok(info) => info,
-                Err(e) => {
-                    self.entries.remove(&pid);
-                    return Err(e);
+    /// The GPU readings with each process attributed to its workload; the cgroup of a workload
+    /// seen for the first time is remembered in `cgroups`.
+    pub fn attribute(
+        &mut self,
+        readings: Vec<DeviceReading>,
+        cgroups: &mut WorkloadCgroups,
+        sources: &AttributionSources<'_>,
+    ) -> Vec<Gpu> {
+        self.processes.begin_round();
+        let mut gpus = Vec::with_capacity(readings.len());
+        let mut new_memberships: Vec<(WorkloadId, CgroupMembership)> = Vec::new();
+        for mut device in readings {
+            let mut processes: Vec<GpuProcess> = Vec::with_capacity(device.processes.len());
+            for reading in std::mem::take(&mut device.processes) {
+                let known = processes.last().and_then(|p| p.workload.as_ref());
+                let first_sight = |w: &WorkloadId| known != Some(w) && !cgroups.contains(w);
+                let (p, membership) = self.process(reading, device.index, sources);
+                if let (Some(w), Some(m)) = (&p.workload, membership) {
+                    if first_sight(w) {
+                        new_memberships.push((w.clone(), m));
+                    }
                 }
-            };
-            self.entries.insert(
-                pid,
-                Entry {
-                    info,
-                    seen_round: round,
-                    read_round: round,
-                },
-            );
+                processes.push(p);
+            }
+            gpus.push(Gpu {
+                device,
+                busy: None,
+                sm_activity: None,
+                gpm: None,
+                pcie: None,
+                energy_joules: None,
+                processes,
+            });
         }
-        let entry = self
-            .entries
-            .get_mut(&pid)
-            .expect("entry inserted or kept above");
-        entry.seen_round = round;
-        Ok(&entry.info)
+        self.processes.end_round();
+        self.last_pid_workload = gpus
+            .iter()
+            .flat_map(|g| &g.processes)
+            .filter(|p| !p.vanished)
+            .filter_map(|p| Some((p.reading.pid, p.workload.clone()?)))
+            .collect();
+        for (id, membership) in new_memberships {
+            cgroups.remember(id, &membership);
+        }
+        self.vetting.retain_listed(sources.docker);
+        gpus
     }
 
-    /// Forgets the PIDs not resolved in this round.
-    pub fn end_round(&mut self) {
-        let round = self.round;
-        self.entries.retain(|_, e| e.seen_round == round);
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+    /// One process attributed, with its cgroup membership where `/proc` told it.
+    fn process(
+        &mut self,
+        reading: ProcessReading,
+        gpu_index: u32,
+        sources: &AttributionSources<'_>,
+    ) -> (GpuProcess, Option<CgroupMembership>) {
+        let pid = reading.pid;
+        match self.processes.resolve(pid) {
+            Ok(info) => {
+                let workload = self.vetting.vet(
+                    info.workload.clone(),
+                    info.membership.identity_path(),
+                    sources.docker,
+                    sources.host,
+                    sources.events,
+                );
+                let mut p = unattributed(reading, Some(workload), false);
+                p.start_time_ticks = Some(info.key.start_time);
+                p.command = Some(info.name.clone());
+                (p, Some(info.membership.clone()))
+            }
+            Err(e) => {
+                let vanished = matches!(e, ProcessReadError::Vanished { .. });
+                if vanished {
+                    sources.events.emit(GpuProcessVanished {
+                        gpu: gpu_index,
+                        error: e.to_string(),
+                    });
+                } else {
+                    sources.events.emit(ProcReadFailed {
+                        subject: format!("GPU {gpu_index}"),
+                        error: e.to_string(),
+                    });
+                }
+                // gone since the last round: its work up to the exit still belongs to the
+                // workload it had then
+                let workload = vanished
+                    .then(|| self.last_pid_workload.get(&pid).cloned())
+                    .flatten();
+                (unattributed(reading, workload, vanished), None)
+            }
+        }
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::sources::host::fake_proc::{stat_line, FakeProc};
-
-    fn fake_proc(root: &FakeProc, pid: u32, start: u64, cgroup: &str) {
-        root.write(format!("{pid}/stat"), stat_line(pid, b"train", start));
-        root.write(format!("{pid}/cgroup"), cgroup);
-    }
-
-    #[test]
-    fn caches_until_the_pid_leaves_and_detects_reuse() {
-        let root = FakeProc::new();
-        fake_proc(
-            &root,
-            10,
-            100,
-            "0::/docker/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
-        );
-        let mut t = ProcessTable::new(HostReader::new(root.path()), 1000);
-        t.begin_round();
-        assert_eq!(t.resolve(10).unwrap().key.start_time, 100);
-        t.end_round();
-        t.begin_round();
-        t.resolve(10).unwrap();
-        t.end_round();
-        assert_eq!(
-            t.proc_reads, 1,
-            "a PID present in consecutive rounds is read once"
-        );
-
-        // The PID leaves for a round, then a new process reuses it in another cgroup.
-        t.begin_round();
-        t.end_round();
-        fake_proc(&root, 10, 555, "0::/system.slice/other.service\n");
-        t.begin_round();
-        let info = t.resolve(10).unwrap();
-        assert_eq!(info.key.start_time, 555);
-        assert_eq!(info.workload.to_string(), "systemd:other.service");
-        assert_eq!(t.proc_reads, 2);
-    }
-
-    #[test]
-    fn vanished_pid_is_an_error_not_a_panic() {
-        let root = FakeProc::new();
-        let mut t = ProcessTable::new(HostReader::new(root.path()), 10);
-        t.begin_round();
-        assert!(matches!(
-            t.resolve(4242),
-            Err(ProcessReadError::Vanished { pid: 4242 })
-        ));
-        assert!(t.is_empty());
-    }
-
-    #[test]
-    fn revalidates_periodically() {
-        let root = FakeProc::new();
-        fake_proc(&root, 7, 1, "0::/a\n");
-        let mut t = ProcessTable::new(HostReader::new(root.path()), 3);
-        for _ in 0..6 {
-            t.begin_round();
-            t.resolve(7).unwrap();
-            t.end_round();
-        }
-        assert_eq!(t.proc_reads, 2, "read at rounds 1 and 4");
-    }
-
-    #[test]
-    fn a_cached_pid_that_exits_is_vanished() {
-        let root = FakeProc::new();
-        fake_proc(&root, 8, 1, "0::/a\n");
-        let mut t = ProcessTable::new(HostReader::new(root.path()), 100);
-        t.begin_round();
-        t.resolve(8).unwrap();
-        t.end_round();
-        root.remove("8");
-        t.begin_round();
-        assert!(matches!(
-            t.resolve(8),
-            Err(ProcessReadError::Vanished { pid: 8 })
-        ));
-    }
-
-    #[test]
-    fn this_process_resolves() {
-        let mut t = ProcessTable::new(HostReader::new("/proc"), 10);
-        t.begin_round();
-        let me = t.resolve(std::process::id()).unwrap();
-        assert!(me.key.start_time > 0);
+/// A GPU process with nothing read about it from the host yet.
+fn unattributed(
+    reading: ProcessReading,
+    workload: Option<WorkloadId>,
+    vanished: bool,
+) -> GpuProcess {
+    GpuProcess {
+        reading,
+        start_time_ticks: None,
+        command: None,
+        workload,
+        vanished,
+        state: None,
+        stuck: false,
+        host_cpu_seconds: None,
+        driver_sm_percent: None,
+        busy_fraction: None,
     }
 }

@@ -1,8 +1,75 @@
-//! Where each workload's cgroup is, resolved once from a member process.
+//! Where each workload's cgroup is, resolved once from a member process. The stages share this
+//! map: attribution and the workload list fill it at a workload's first sight, the counters
+//! read through it, and it keeps only the round's workloads.
+use crate::model::WorkloadId;
 use crate::sources::host::cgroup::stats::{CgroupStatsPaths, LimitsCache, StatsError};
 use crate::sources::host::cgroup::{CgroupLayout, CgroupMembership};
 use crate::sources::host::cgroup_tree;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
+
+/// Each workload's cgroup, under the host's cgroup layout.
+pub struct WorkloadCgroups {
+    layout: CgroupLayout,
+    by_workload: HashMap<WorkloadId, WorkloadCgroup>,
+}
+
+impl WorkloadCgroups {
+    pub fn new(layout: CgroupLayout) -> Self {
+        Self {
+            layout,
+            by_workload: HashMap::new(),
+        }
+    }
+
+    pub fn layout(&self) -> &CgroupLayout {
+        &self.layout
+    }
+
+    /// Resolves and keeps the cgroup of workload `id`, given a member's membership.
+    pub fn remember(&mut self, id: WorkloadId, membership: &CgroupMembership) {
+        let cgroup = WorkloadCgroup::resolve(&self.layout, membership);
+        self.by_workload.insert(id, cgroup);
+    }
+
+    /// Keeps the cgroup at `path` for workload `id`, unless one is known already.
+    pub fn remember_path(&mut self, id: &WorkloadId, path: &str) {
+        if !self.by_workload.contains_key(id) {
+            let membership = membership_for_path(&self.layout, path);
+            self.remember(id.clone(), &membership);
+        }
+    }
+
+    pub fn contains(&self, id: &WorkloadId) -> bool {
+        self.by_workload.contains_key(id)
+    }
+
+    pub fn get(&self, id: &WorkloadId) -> Option<&WorkloadCgroup> {
+        self.by_workload.get(id)
+    }
+
+    pub fn get_mut(&mut self, id: &WorkloadId) -> Option<&mut WorkloadCgroup> {
+        self.by_workload.get_mut(id)
+    }
+
+    /// True once workload `id`'s cgroup is known and its directory gone.
+    pub fn removed(&self, id: &WorkloadId) -> bool {
+        self.get(id).is_some_and(WorkloadCgroup::removed)
+    }
+
+    /// The eBPF cgroup ids of `workloads`, those known.
+    pub fn ids<'a>(&self, workloads: impl IntoIterator<Item = &'a WorkloadId>) -> HashSet<u64> {
+        workloads
+            .into_iter()
+            .filter_map(|id| self.get(id)?.cgroup_id)
+            .collect()
+    }
+
+    /// Forgets the cgroups of workloads `keep` says no to.
+    pub fn retain(&mut self, mut keep: impl FnMut(&WorkloadId) -> bool) {
+        self.by_workload.retain(|id, _| keep(id));
+    }
+}
 
 /// A workload's cgroup, resolved once from a member process.
 pub struct WorkloadCgroup {
@@ -48,7 +115,7 @@ impl WorkloadCgroup {
 
 /// The membership a process in `path` would have: cgroupfs-driver runtimes use the same path in
 /// every hierarchy.
-pub fn membership_for_path(layout: &CgroupLayout, path: &str) -> CgroupMembership {
+fn membership_for_path(layout: &CgroupLayout, path: &str) -> CgroupMembership {
     CgroupMembership {
         unified: layout.unified.as_ref().map(|_| path.to_owned()),
         v1: layout
