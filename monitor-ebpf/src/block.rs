@@ -69,8 +69,10 @@ fn try_block_rq_issue(ctx: &TracePointContext) -> Result<(), u32> {
     };
     let bytes: u32 =
         record_field::<u32, { slot::BLOCK_ISSUE_BYTES }>(ctx, &BLOCK_ISSUE_BYTES_OFFSET)?;
+    // SAFETY: a helper without arguments.
+    let issued_ns = unsafe { bpf_ktime_get_ns() };
     let start = RequestStart {
-        issued_ns: unsafe { bpf_ktime_get_ns() },
+        issued_ns,
         task,
         bytes: u64::from(bytes),
     };
@@ -99,6 +101,7 @@ fn try_block_rq_complete(ctx: &TracePointContext) -> Result<(), u32> {
         return Ok(()); // a request of an unwatched cgroup, or issued before tracing
     };
     let _ = REQUESTS.remove(key);
+    // SAFETY: a helper without arguments.
     let dt = unsafe { bpf_ktime_get_ns() }.saturating_sub(start.issued_ns);
     add_io(&DISK_STATS, &start.task, dt, start.bytes)
 }

@@ -29,16 +29,19 @@ static READ_STATS: LruPerCpuHashMap<TaskKey, IoStats> =
 /// As for [`switched_out`].
 #[inline(always)]
 pub(crate) unsafe fn flush_reads(st: *mut ThreadState, key: &TaskKey) -> Result<(), u32> {
-    let s = per_cpu(&READ_STATS, key)?;
-    let r = &mut (*st).reads;
-    (*s).count += u64::from(r.count);
-    (*s).bytes += r.bytes;
-    (*s).total_ns += r.total_ns;
-    for (h, p) in (*s).hist.iter_mut().zip(r.hist.iter()) {
-        *h += u64::from(*p);
+    // SAFETY: this fn's contract: `st` is the current thread's live entry.
+    unsafe {
+        let s = per_cpu(&READ_STATS, key)?;
+        let r = &mut (*st).reads;
+        (*s).count += u64::from(r.count);
+        (*s).bytes += r.bytes;
+        (*s).total_ns += r.total_ns;
+        for (h, p) in (*s).hist.iter_mut().zip(r.hist.iter()) {
+            *h += u64::from(*p);
+        }
+        *r = PendingReads::default();
+        Ok(())
     }
-    *r = PendingReads::default();
-    Ok(())
 }
 
 #[tracepoint]
@@ -74,18 +77,21 @@ fn try_sys_enter_read() -> Result<(), u32> {
 /// As for `cpu_current`'s slot.
 #[inline(always)]
 unsafe fn sampled(c: *mut CpuCurrent, tid: u32) -> bool {
-    if global(&TIME_EVERY_READ) != 0 {
-        return true;
+    // SAFETY: this fn's contract: `c` is this CPU's live slot.
+    unsafe {
+        if global(&TIME_EVERY_READ) != 0 {
+            return true;
+        }
+        let mut x = (*c).sample_state;
+        if x == 0 {
+            x = tid | 1;
+        }
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        (*c).sample_state = x;
+        x.is_multiple_of(READ_SAMPLE_WEIGHT)
     }
-    let mut x = (*c).sample_state;
-    if x == 0 {
-        x = tid | 1;
-    }
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    (*c).sample_state = x;
-    x.is_multiple_of(READ_SAMPLE_WEIGHT)
 }
 
 /// What a sampled read that did not switch out weighs.

@@ -44,46 +44,49 @@ unsafe fn switched_out(
     now: u64,
     prev_state: u64,
 ) -> Result<(), u32> {
-    let arrival = task.last_arrival();
-    let run_delay = task.run_delay();
-    let p = &mut (*st).pending;
-    if (*st).out_ns != 0 {
-        let off_cpu = arrival.saturating_sub((*st).out_ns);
-        let runq = run_delay.saturating_sub((*st).run_delay_ns).min(off_cpu);
-        p.runq_ns += runq;
-        let rest = off_cpu - runq;
-        // `& 3`: the states are 1..=3; the mask lets the verifier bound the field LLVM may
-        // compute from the state instead of branching.
-        match (*st).state & 3 {
-            thread_state::BLOCKED => p.blocked_ns += rest,
-            thread_state::SLEEP => p.sleep_ns += rest,
-            _ => p.runq_ns += rest,
+    // SAFETY: this fn's contract: `st` is the current thread's live entry.
+    unsafe {
+        let arrival = task.last_arrival();
+        let run_delay = task.run_delay();
+        let p = &mut (*st).pending;
+        if (*st).out_ns != 0 {
+            let off_cpu = arrival.saturating_sub((*st).out_ns);
+            let runq = run_delay.saturating_sub((*st).run_delay_ns).min(off_cpu);
+            p.runq_ns += runq;
+            let rest = off_cpu - runq;
+            // `& 3`: the states are 1..=3; the mask lets the verifier bound the field LLVM may
+            // compute from the state instead of branching.
+            match (*st).state & 3 {
+                thread_state::BLOCKED => p.blocked_ns += rest,
+                thread_state::SLEEP => p.sleep_ns += rest,
+                _ => p.runq_ns += rest,
+            }
         }
+        // (A thread first seen mid-stint is charged the whole stint: it ran all of it.)
+        p.on_cpu_ns += now.saturating_sub(arrival);
+        p.switches += 1;
+        let blocked = prev_state & TASK_UNINTERRUPTIBLE != 0;
+        p.blocked_switches += u32::from(blocked);
+        let held = p.on_cpu_ns + p.runq_ns + p.blocked_ns + p.sleep_ns;
+        let exiting = prev_state & TASK_EXITING != 0;
+        if exiting || held >= FLUSH_PENDING_NS || p.switches >= FLUSH_PENDING_SWITCHES {
+            flush(st)?;
+        }
+        if exiting {
+            forget_current(task);
+            return Ok(());
+        }
+        (*st).out_ns = now;
+        (*st).run_delay_ns = run_delay;
+        (*st).state = if prev_state & TASK_REPORT_MASK == 0 {
+            thread_state::RUNQ // preempted: still runnable
+        } else if blocked {
+            thread_state::BLOCKED
+        } else {
+            thread_state::SLEEP
+        };
+        Ok(())
     }
-    // (A thread first seen mid-stint is charged the whole stint: it ran all of it.)
-    p.on_cpu_ns += now.saturating_sub(arrival);
-    p.switches += 1;
-    let blocked = prev_state & TASK_UNINTERRUPTIBLE != 0;
-    p.blocked_switches += u32::from(blocked);
-    let held = p.on_cpu_ns + p.runq_ns + p.blocked_ns + p.sleep_ns;
-    let exiting = prev_state & TASK_EXITING != 0;
-    if exiting || held >= FLUSH_PENDING_NS || p.switches >= FLUSH_PENDING_SWITCHES {
-        flush(st)?;
-    }
-    if exiting {
-        forget_current(task);
-        return Ok(());
-    }
-    (*st).out_ns = now;
-    (*st).run_delay_ns = run_delay;
-    (*st).state = if prev_state & TASK_REPORT_MASK == 0 {
-        thread_state::RUNQ // preempted: still runnable
-    } else if blocked {
-        thread_state::BLOCKED
-    } else {
-        thread_state::SLEEP
-    };
-    Ok(())
 }
 
 /// Adds the thread's tally to its task's per-CPU sums and clears it.
@@ -92,20 +95,23 @@ unsafe fn switched_out(
 /// As for [`switched_out`].
 #[inline(always)]
 unsafe fn flush(st: *mut ThreadState) -> Result<(), u32> {
-    let key = thread_task(st);
-    let t = per_cpu(&TASK_TIMES, &key)?;
-    let p = (*st).pending;
-    (*t).on_cpu_ns += p.on_cpu_ns;
-    (*t).runq_ns += p.runq_ns;
-    (*t).blocked_ns += p.blocked_ns;
-    (*t).sleep_ns += p.sleep_ns;
-    (*t).switches += u64::from(p.switches);
-    (*t).blocked_switches += u64::from(p.blocked_switches);
-    (*st).pending = PendingTimes::default();
-    if (*st).reads.count > 0 {
-        flush_reads(st, &key)?;
+    // SAFETY: this fn's contract: `st` is the current thread's live entry.
+    unsafe {
+        let key = thread_task(st);
+        let t = per_cpu(&TASK_TIMES, &key)?;
+        let p = (*st).pending;
+        (*t).on_cpu_ns += p.on_cpu_ns;
+        (*t).runq_ns += p.runq_ns;
+        (*t).blocked_ns += p.blocked_ns;
+        (*t).sleep_ns += p.sleep_ns;
+        (*t).switches += u64::from(p.switches);
+        (*t).blocked_switches += u64::from(p.blocked_switches);
+        (*st).pending = PendingTimes::default();
+        if (*st).reads.count > 0 {
+            flush_reads(st, &key)?;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 #[tracepoint]

@@ -46,7 +46,8 @@ impl CurrentTask {
     /// size in it; the verifier holds the program to that, and a faulting load reads 0.
     #[inline(always)]
     unsafe fn at<T>(base: *const u8, offset: &u32) -> T {
-        core::ptr::read_volatile(base.add(global(offset) as usize) as *const T)
+        // SAFETY: this fn's contract: a BTF member of `T`'s size in a kernel object.
+        unsafe { core::ptr::read_volatile(base.add(global(offset) as usize) as *const T) }
     }
 
     /// Its thread id (the low half of `bpf_get_current_pid_tgid`), with no helper call.

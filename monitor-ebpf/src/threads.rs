@@ -81,14 +81,17 @@ pub(crate) fn forget_current(task: &CurrentTask) {
 /// `st` points to a live `THREADS` entry.
 #[inline(always)]
 pub(crate) unsafe fn thread_task(st: *const ThreadState) -> TaskKey {
-    TaskKey {
-        cgroup_id: (*st).cgroup_id,
-        tgid: (*st).tgid,
-        thread: if (*st).tid == (*st).tgid {
-            task_thread::MAIN
-        } else {
-            task_thread::OTHERS
-        },
+    // SAFETY: this fn's contract: `st` is a live entry.
+    unsafe {
+        TaskKey {
+            cgroup_id: (*st).cgroup_id,
+            tgid: (*st).tgid,
+            thread: if (*st).tid == (*st).tgid {
+                task_thread::MAIN
+            } else {
+                task_thread::OTHERS
+            },
+        }
     }
 }
 
@@ -159,8 +162,8 @@ pub(crate) fn current_thread(
     }
     // Read before the cgroup check: a cgroup watched after this read bumps the generation.
     let generation = WATCH_GENERATION.get(0).copied().unwrap_or(0);
-    // SAFETY: see `cpu_current`.
     if known == cpu_current::UNWATCHED
+        // SAFETY: see `cpu_current`.
         && cache.is_some_and(|c| unsafe { (*c).generation } == generation)
     {
         return Ok(None);

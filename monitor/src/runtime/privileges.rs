@@ -92,11 +92,12 @@ impl Identity {
         // SAFETY: a zeroed passwd is a valid out-parameter.
         let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
         let mut found: *mut libc::passwd = std::ptr::null_mut();
-        // SAFETY: every pointer is valid for the call; `buf` outlives the reads of `pw` below.
         let rc = match name.parse::<libc::uid_t>() {
+            // SAFETY: every pointer is valid for the call; `buf` outlives the reads of `pw`.
             Ok(uid) => unsafe {
                 libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut found)
             },
+            // SAFETY: as above, and `c_name` is a NUL-terminated string that outlives the call.
             Err(_) => unsafe {
                 libc::getpwnam_r(
                     c_name.as_ptr(),

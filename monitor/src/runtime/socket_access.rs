@@ -51,6 +51,7 @@ pub fn try_connect_as(user: &Identity, path: &Path) -> Result<SocketAccess, Sock
     // SAFETY: the child calls only async-signal-safe functions and always ends in `_exit`.
     match unsafe { libc::fork() } {
         -1 => Err(SocketAccessError::Fork(std::io::Error::last_os_error())),
+        // SAFETY: in the child of the fork just made.
         0 => unsafe { child(user.uid, user.gid, &groups, &addr) },
         pid => {
             let mut status = 0;
@@ -84,26 +85,30 @@ unsafe fn child(
     groups: &[libc::gid_t],
     addr: &libc::sockaddr_un,
 ) -> ! {
-    let became = libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) == 0
-        && libc::syscall(libc::SYS_setresgid, gid, gid, gid) == 0
-        && libc::syscall(libc::SYS_setresuid, uid, uid, uid) == 0;
-    if !became {
-        libc::_exit(COULD_NOT_BECOME);
+    // SAFETY: raw syscalls on this thread's own credentials, a socket of its own and the
+    // caller's `sockaddr_un`; `_exit` ends the child without running the parent's handlers.
+    unsafe {
+        let became = libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) == 0
+            && libc::syscall(libc::SYS_setresgid, gid, gid, gid) == 0
+            && libc::syscall(libc::SYS_setresuid, uid, uid, uid) == 0;
+        if !became {
+            libc::_exit(COULD_NOT_BECOME);
+        }
+        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            libc::_exit(OTHER_BASE + *libc::__errno_location());
+        }
+        let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+        if libc::connect(fd, (addr as *const libc::sockaddr_un).cast(), len) == 0 {
+            libc::_exit(0);
+        }
+        let errno = *libc::__errno_location();
+        libc::_exit(if errno == libc::EACCES || errno == libc::EPERM {
+            DENIED
+        } else {
+            OTHER_BASE + errno.min(200)
+        })
     }
-    let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-    if fd < 0 {
-        libc::_exit(OTHER_BASE + *libc::__errno_location());
-    }
-    let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
-    if libc::connect(fd, (addr as *const libc::sockaddr_un).cast(), len) == 0 {
-        libc::_exit(0);
-    }
-    let errno = *libc::__errno_location();
-    libc::_exit(if errno == libc::EACCES || errno == libc::EPERM {
-        DENIED
-    } else {
-        OTHER_BASE + errno.min(200)
-    })
 }
 
 #[cfg(test)]

@@ -202,24 +202,32 @@ fn driver_state<T>(handle: nvmlDevice_t, f: impl FnOnce(&driver::DeviceState) ->
 }
 
 unsafe fn write_str(dst: *mut c_char, len: c_uint, s: &str) -> nvmlReturn_t {
-    if dst.is_null() {
-        return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        if dst.is_null() {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+        }
+        let bytes = s.as_bytes();
+        if bytes.len() + 1 > len as usize {
+            return nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
+        }
+        std::ptr::copy_nonoverlapping(bytes.as_ptr().cast(), dst, bytes.len());
+        *dst.add(bytes.len()) = 0;
+        OK
     }
-    let bytes = s.as_bytes();
-    if bytes.len() + 1 > len as usize {
-        return nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
-    }
-    std::ptr::copy_nonoverlapping(bytes.as_ptr().cast(), dst, bytes.len());
-    *dst.add(bytes.len()) = 0;
-    OK
 }
 
 unsafe fn put<T>(dst: *mut T, v: T) -> nvmlReturn_t {
-    if dst.is_null() {
-        return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        if dst.is_null() {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+        }
+        *dst = v;
+        OK
     }
-    *dst = v;
-    OK
 }
 
 #[no_mangle]
@@ -263,9 +271,13 @@ pub unsafe extern "C" fn nvmlSystemGetDriverVersion(
     version: *mut c_char,
     len: c_uint,
 ) -> nvmlReturn_t {
-    global("nvmlSystemGetDriverVersion", |s| {
-        write_str(version, len, &s.driver_version)
-    })
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        global("nvmlSystemGetDriverVersion", |s| {
+            write_str(version, len, &s.driver_version)
+        })
+    }
 }
 
 #[no_mangle]
@@ -273,16 +285,24 @@ pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(
     version: *mut c_char,
     len: c_uint,
 ) -> nvmlReturn_t {
-    global("nvmlSystemGetNVMLVersion", |_| {
-        write_str(version, len, "13.580.159.04")
-    })
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        global("nvmlSystemGetNVMLVersion", |_| {
+            write_str(version, len, "13.580.159.04")
+        })
+    }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> nvmlReturn_t {
-    global("nvmlDeviceGetCount_v2", |s| {
-        put(count, s.devices.len() as c_uint)
-    })
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        global("nvmlDeviceGetCount_v2", |s| {
+            put(count, s.devices.len() as c_uint)
+        })
+    }
 }
 
 #[no_mangle]
@@ -290,13 +310,17 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
     index: c_uint,
     handle: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
-    global("nvmlDeviceGetHandleByIndex_v2", |s| {
-        match s.devices.get(index as usize) {
-            None => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
-            Some(d) if d.lost => nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST,
-            Some(_) => put(handle, (index as usize + 1) as nvmlDevice_t),
-        }
-    })
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        global("nvmlDeviceGetHandleByIndex_v2", |s| {
+            match s.devices.get(index as usize) {
+                None => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+                Some(d) if d.lost => nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST,
+                Some(_) => put(handle, (index as usize + 1) as nvmlDevice_t),
+            }
+        })
+    }
 }
 
 #[no_mangle]
@@ -304,9 +328,13 @@ pub unsafe extern "C" fn nvmlDeviceGetIndex(
     handle: nvmlDevice_t,
     index: *mut c_uint,
 ) -> nvmlReturn_t {
-    device("nvmlDeviceGetIndex", handle, |_| {
-        put(index, (handle as usize - 1) as c_uint)
-    })
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        device("nvmlDeviceGetIndex", handle, |_| {
+            put(index, (handle as usize - 1) as c_uint)
+        })
+    }
 }
 
 /// The minor number of the device's `/dev/nvidiaN` node: the scenario's `minor_number`, else
@@ -317,12 +345,16 @@ pub unsafe extern "C" fn nvmlDeviceGetMinorNumber(
     handle: nvmlDevice_t,
     minor: *mut c_uint,
 ) -> nvmlReturn_t {
-    device("nvmlDeviceGetMinorNumber", handle, |d| {
-        put(
-            minor,
-            d.minor_number.unwrap_or((handle as usize - 1) as c_uint),
-        )
-    })
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        device("nvmlDeviceGetMinorNumber", handle, |d| {
+            put(
+                minor,
+                d.minor_number.unwrap_or((handle as usize - 1) as c_uint),
+            )
+        })
+    }
 }
 
 #[no_mangle]
@@ -331,9 +363,13 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(
     uuid: *mut c_char,
     len: c_uint,
 ) -> nvmlReturn_t {
-    device("nvmlDeviceGetUUID", handle, |d| {
-        write_str(uuid, len, &d.uuid)
-    })
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        device("nvmlDeviceGetUUID", handle, |d| {
+            write_str(uuid, len, &d.uuid)
+        })
+    }
 }
 
 #[no_mangle]
@@ -342,9 +378,13 @@ pub unsafe extern "C" fn nvmlDeviceGetName(
     name: *mut c_char,
     len: c_uint,
 ) -> nvmlReturn_t {
-    device("nvmlDeviceGetName", handle, |d| {
-        write_str(name, len, &d.name)
-    })
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        device("nvmlDeviceGetName", handle, |d| {
+            write_str(name, len, &d.name)
+        })
+    }
 }
 
 #[no_mangle]
@@ -352,18 +392,22 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
     handle: nvmlDevice_t,
     u: *mut nvmlUtilization_t,
 ) -> nvmlReturn_t {
-    // The real reading is a short window's: polled in step with a periodic load it aliases
-    // (8 % and 64 % in two runs at a 39 % load). The fake returns the latest period's figure.
-    let latest = driver_state(handle, |st| st.timeline.latest().map(|r| r.device_percent));
-    device("nvmlDeviceGetUtilizationRates", handle, |d| {
-        put(
-            u,
-            nvmlUtilization_t {
-                gpu: d.utilization_gpu.or(latest).unwrap_or(0),
-                memory: d.utilization_memory,
-            },
-        )
-    })
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        // The real reading is a short window's: polled in step with a periodic load it aliases
+        // (8 % and 64 % in two runs at a 39 % load). The fake returns the latest period's figure.
+        let latest = driver_state(handle, |st| st.timeline.latest().map(|r| r.device_percent));
+        device("nvmlDeviceGetUtilizationRates", handle, |d| {
+            put(
+                u,
+                nvmlUtilization_t {
+                    gpu: d.utilization_gpu.or(latest).unwrap_or(0),
+                    memory: d.utilization_memory,
+                },
+            )
+        })
+    }
 }
 
 /// The PCIe rates of the live processes at the driver's latest reading, in KB/s as NVML gives
@@ -375,15 +419,19 @@ pub unsafe extern "C" fn nvmlDeviceGetPcieThroughput(
     counter: nvmlPcieUtilCounter_t,
     value: *mut c_uint,
 ) -> nvmlReturn_t {
-    let (rx, tx) = driver_state(handle, |st| st.pcie_now);
-    device("nvmlDeviceGetPcieThroughput", handle, |_| {
-        let mib_s = match counter {
-            nvmlPcieUtilCounter_enum_NVML_PCIE_UTIL_RX_BYTES => rx,
-            nvmlPcieUtilCounter_enum_NVML_PCIE_UTIL_TX_BYTES => tx,
-            _ => return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
-        };
-        put(value, (mib_s * 1_048_576.0 / 1000.0) as c_uint)
-    })
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        let (rx, tx) = driver_state(handle, |st| st.pcie_now);
+        device("nvmlDeviceGetPcieThroughput", handle, |_| {
+            let mib_s = match counter {
+                nvmlPcieUtilCounter_enum_NVML_PCIE_UTIL_RX_BYTES => rx,
+                nvmlPcieUtilCounter_enum_NVML_PCIE_UTIL_TX_BYTES => tx,
+                _ => return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+            };
+            put(value, (mib_s * 1_048_576.0 / 1000.0) as c_uint)
+        })
+    }
 }
 
 /// The driver's own memory on a GPU, whoever runs: 480 MiB on an idle H100 (driver
@@ -409,21 +457,25 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     handle: nvmlDevice_t,
     m: *mut nvmlMemory_v2_t,
 ) -> nvmlReturn_t {
-    device("nvmlDeviceGetMemoryInfo_v2", handle, |d| {
-        if m.is_null() {
-            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
-        }
-        let used = memory_used(d).min(d.memory_total_bytes);
-        let version = (*m).version;
-        *m = nvmlMemory_v2_t {
-            version,
-            total: d.memory_total_bytes,
-            reserved: 0,
-            free: d.memory_total_bytes - used,
-            used,
-        };
-        OK
-    })
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        device("nvmlDeviceGetMemoryInfo_v2", handle, |d| {
+            if m.is_null() {
+                return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+            }
+            let used = memory_used(d).min(d.memory_total_bytes);
+            let version = (*m).version;
+            *m = nvmlMemory_v2_t {
+                version,
+                total: d.memory_total_bytes,
+                reserved: 0,
+                free: d.memory_total_bytes - used,
+                used,
+            };
+            OK
+        })
+    }
 }
 
 #[no_mangle]
@@ -431,17 +483,21 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
     handle: nvmlDevice_t,
     m: *mut nvmlMemory_t,
 ) -> nvmlReturn_t {
-    device("nvmlDeviceGetMemoryInfo", handle, |d| {
-        let used = memory_used(d).min(d.memory_total_bytes);
-        put(
-            m,
-            nvmlMemory_t {
-                total: d.memory_total_bytes,
-                free: d.memory_total_bytes - used,
-                used,
-            },
-        )
-    })
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        device("nvmlDeviceGetMemoryInfo", handle, |d| {
+            let used = memory_used(d).min(d.memory_total_bytes);
+            put(
+                m,
+                nvmlMemory_t {
+                    total: d.memory_total_bytes,
+                    free: d.memory_total_bytes - used,
+                    used,
+                },
+            )
+        })
+    }
 }
 
 #[no_mangle]
@@ -450,9 +506,13 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperature(
     _sensor: c_uint,
     t: *mut c_uint,
 ) -> nvmlReturn_t {
-    device("nvmlDeviceGetTemperature", handle, |d| {
-        put(t, d.temperature)
-    })
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        device("nvmlDeviceGetTemperature", handle, |d| {
+            put(t, d.temperature)
+        })
+    }
 }
 
 #[no_mangle]
@@ -460,7 +520,9 @@ pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(
     handle: nvmlDevice_t,
     p: *mut c_uint,
 ) -> nvmlReturn_t {
-    device("nvmlDeviceGetPowerUsage", handle, |d| put(p, d.power_mw))
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe { device("nvmlDeviceGetPowerUsage", handle, |d| put(p, d.power_mw)) }
 }
 
 #[no_mangle]
@@ -468,9 +530,13 @@ pub unsafe extern "C" fn nvmlDeviceGetEnforcedPowerLimit(
     handle: nvmlDevice_t,
     p: *mut c_uint,
 ) -> nvmlReturn_t {
-    device("nvmlDeviceGetEnforcedPowerLimit", handle, |d| {
-        put(p, d.power_limit_mw)
-    })
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        device("nvmlDeviceGetEnforcedPowerLimit", handle, |d| {
+            put(p, d.power_limit_mw)
+        })
+    }
 }
 
 #[no_mangle]
@@ -478,9 +544,13 @@ pub unsafe extern "C" fn nvmlDeviceGetPowerManagementLimit(
     handle: nvmlDevice_t,
     p: *mut c_uint,
 ) -> nvmlReturn_t {
-    device("nvmlDeviceGetPowerManagementLimit", handle, |d| {
-        put(p, d.power_limit_mw)
-    })
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        device("nvmlDeviceGetPowerManagementLimit", handle, |d| {
+            put(p, d.power_limit_mw)
+        })
+    }
 }
 
 #[no_mangle]
@@ -490,15 +560,19 @@ pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
     counter_type: c_uint,
     count: *mut c_ulonglong,
 ) -> nvmlReturn_t {
-    device("nvmlDeviceGetTotalEccErrors", handle, |d| {
-        // NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1, NVML_VOLATILE_ECC = 0
-        let n = if error_type == 1 && counter_type == 0 {
-            d.ecc_uncorrected_volatile
-        } else {
-            0
-        };
-        put(count, n)
-    })
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        device("nvmlDeviceGetTotalEccErrors", handle, |d| {
+            // NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1, NVML_VOLATILE_ECC = 0
+            let n = if error_type == 1 && counter_type == 0 {
+                d.ecc_uncorrected_volatile
+            } else {
+                0
+            };
+            put(count, n)
+        })
+    }
 }
 
 #[no_mangle]
@@ -506,9 +580,13 @@ pub unsafe extern "C" fn nvmlDeviceGetPersistenceMode(
     handle: nvmlDevice_t,
     mode: *mut c_uint,
 ) -> nvmlReturn_t {
-    device("nvmlDeviceGetPersistenceMode", handle, |d| {
-        put(mode, c_uint::from(d.persistence_mode))
-    })
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        device("nvmlDeviceGetPersistenceMode", handle, |d| {
+            put(mode, c_uint::from(d.persistence_mode))
+        })
+    }
 }
 
 #[no_mangle]
@@ -517,7 +595,9 @@ pub unsafe extern "C" fn nvmlDeviceGetClockInfo(
     _clock: c_uint,
     c: *mut c_uint,
 ) -> nvmlReturn_t {
-    device("nvmlDeviceGetClockInfo", handle, |d| put(c, d.sm_clock_mhz))
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe { device("nvmlDeviceGetClockInfo", handle, |d| put(c, d.sm_clock_mhz)) }
 }
 
 #[no_mangle]
@@ -525,9 +605,13 @@ pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksThrottleReasons(
     handle: nvmlDevice_t,
     r: *mut c_ulonglong,
 ) -> nvmlReturn_t {
-    device("nvmlDeviceGetCurrentClocksThrottleReasons", handle, |d| {
-        put(r, d.clocks_event_reasons)
-    })
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        device("nvmlDeviceGetCurrentClocksThrottleReasons", handle, |d| {
+            put(r, d.clocks_event_reasons)
+        })
+    }
 }
 
 #[no_mangle]
@@ -535,9 +619,13 @@ pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksEventReasons(
     handle: nvmlDevice_t,
     r: *mut c_ulonglong,
 ) -> nvmlReturn_t {
-    device("nvmlDeviceGetCurrentClocksEventReasons", handle, |d| {
-        put(r, d.clocks_event_reasons)
-    })
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        device("nvmlDeviceGetCurrentClocksEventReasons", handle, |d| {
+            put(r, d.clocks_event_reasons)
+        })
+    }
 }
 
 /// The NVML list contract: with too small a buffer (or none), set `count` to the size needed
@@ -546,19 +634,23 @@ unsafe fn fill<T>(items: &[T], count: *mut c_uint, out: *mut T) -> nvmlReturn_t
 where
     T: Copy,
 {
-    if count.is_null() {
-        return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        if count.is_null() {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+        }
+        let cap = *count as usize;
+        *count = items.len() as c_uint;
+        if items.is_empty() {
+            return OK;
+        }
+        if out.is_null() || cap < items.len() {
+            return nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
+        }
+        std::ptr::copy_nonoverlapping(items.as_ptr(), out, items.len());
+        OK
     }
-    let cap = *count as usize;
-    *count = items.len() as c_uint;
-    if items.is_empty() {
-        return OK;
-    }
-    if out.is_null() || cap < items.len() {
-        return nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
-    }
-    std::ptr::copy_nonoverlapping(items.as_ptr(), out, items.len());
-    OK
 }
 
 unsafe fn running(
@@ -567,18 +659,22 @@ unsafe fn running(
     count: *mut c_uint,
     out: *mut nvmlProcessInfo_t,
 ) -> nvmlReturn_t {
-    let items: Vec<nvmlProcessInfo_t> = d
-        .processes
-        .iter()
-        .filter(|p| p.kind == Kind::Both || (p.kind == Kind::Graphics) == graphics)
-        .map(|p| nvmlProcessInfo_t {
-            pid: p.pid,
-            usedGpuMemory: p.used_memory_bytes.unwrap_or(u64::MAX),
-            gpuInstanceId: u32::MAX,
-            computeInstanceId: u32::MAX,
-        })
-        .collect();
-    fill(&items, count, out)
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        let items: Vec<nvmlProcessInfo_t> = d
+            .processes
+            .iter()
+            .filter(|p| p.kind == Kind::Both || (p.kind == Kind::Graphics) == graphics)
+            .map(|p| nvmlProcessInfo_t {
+                pid: p.pid,
+                usedGpuMemory: p.used_memory_bytes.unwrap_or(u64::MAX),
+                gpuInstanceId: u32::MAX,
+                computeInstanceId: u32::MAX,
+            })
+            .collect();
+        fill(&items, count, out)
+    }
 }
 
 #[no_mangle]
@@ -587,9 +683,13 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
     count: *mut c_uint,
     out: *mut nvmlProcessInfo_t,
 ) -> nvmlReturn_t {
-    device("nvmlDeviceGetComputeRunningProcesses_v3", handle, |d| {
-        running(d, false, count, out)
-    })
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        device("nvmlDeviceGetComputeRunningProcesses_v3", handle, |d| {
+            running(d, false, count, out)
+        })
+    }
 }
 
 #[no_mangle]
@@ -598,9 +698,13 @@ pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v3(
     count: *mut c_uint,
     out: *mut nvmlProcessInfo_t,
 ) -> nvmlReturn_t {
-    device("nvmlDeviceGetGraphicsRunningProcesses_v3", handle, |d| {
-        running(d, true, count, out)
-    })
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        device("nvmlDeviceGetGraphicsRunningProcesses_v3", handle, |d| {
+            running(d, true, count, out)
+        })
+    }
 }
 
 /// `nvmlDeviceGetSamples`, for `NVML_GPU_UTILIZATION_SAMPLES` (1) only: every record newer than
@@ -615,35 +719,39 @@ pub unsafe extern "C" fn nvmlDeviceGetSamples(
     count: *mut c_uint,
     out: *mut nvmlSample_t,
 ) -> nvmlReturn_t {
-    let samples = driver_state(handle, |st| st.timeline.device_samples(last_seen));
-    device("nvmlDeviceGetSamples", handle, |_| {
-        if count.is_null() || value_type.is_null() {
-            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
-        }
-        if kind != nvmlSamplingType_enum_NVML_GPU_UTILIZATION_SAMPLES {
-            return nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
-        }
-        *value_type = nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_INT;
-        if samples.is_empty() {
-            *count = 0;
-            return nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
-        }
-        let cap = *count as usize;
-        *count = samples.len() as c_uint;
-        if out.is_null() {
-            return OK;
-        }
-        if cap < samples.len() {
-            return nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
-        }
-        for (i, (ts, v)) in samples.iter().enumerate() {
-            *out.add(i) = nvmlSample_t {
-                timeStamp: *ts,
-                sampleValue: nvmlValue_t { uiVal: *v },
-            };
-        }
-        OK
-    })
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        let samples = driver_state(handle, |st| st.timeline.device_samples(last_seen));
+        device("nvmlDeviceGetSamples", handle, |_| {
+            if count.is_null() || value_type.is_null() {
+                return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+            }
+            if kind != nvmlSamplingType_enum_NVML_GPU_UTILIZATION_SAMPLES {
+                return nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+            }
+            *value_type = nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_INT;
+            if samples.is_empty() {
+                *count = 0;
+                return nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
+            }
+            let cap = *count as usize;
+            *count = samples.len() as c_uint;
+            if out.is_null() {
+                return OK;
+            }
+            if cap < samples.len() {
+                return nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
+            }
+            for (i, (ts, v)) in samples.iter().enumerate() {
+                *out.add(i) = nvmlSample_t {
+                    timeStamp: *ts,
+                    sampleValue: nvmlValue_t { uiVal: *v },
+                };
+            }
+            OK
+        })
+    }
 }
 
 /// `nvmlDeviceGetProcessUtilization`: one entry per process credited with a record since
@@ -657,33 +765,37 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
     count: *mut c_uint,
     last_seen: c_ulonglong,
 ) -> nvmlReturn_t {
-    let history = with_scenario(|s| s.history_records);
-    let samples = driver_state(handle, |st| st.timeline.process_samples(last_seen));
-    device("nvmlDeviceGetProcessUtilization", handle, |_| {
-        if count.is_null() {
-            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
-        }
-        if out.is_null() || (*count as usize) < history {
-            *count = history as c_uint;
-            return nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
-        }
-        if samples.is_empty() {
-            *count = 0;
-            return nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
-        }
-        *count = samples.len() as c_uint;
-        for (i, (pid, ts, sm, mem)) in samples.iter().enumerate() {
-            *out.add(i) = nvmlProcessUtilizationSample_t {
-                pid: *pid,
-                timeStamp: *ts,
-                smUtil: *sm,
-                memUtil: *mem,
-                encUtil: 0,
-                decUtil: 0,
-            };
-        }
-        OK
-    })
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        let history = with_scenario(|s| s.history_records);
+        let samples = driver_state(handle, |st| st.timeline.process_samples(last_seen));
+        device("nvmlDeviceGetProcessUtilization", handle, |_| {
+            if count.is_null() {
+                return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+            }
+            if out.is_null() || (*count as usize) < history {
+                *count = history as c_uint;
+                return nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
+            }
+            if samples.is_empty() {
+                *count = 0;
+                return nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
+            }
+            *count = samples.len() as c_uint;
+            for (i, (pid, ts, sm, mem)) in samples.iter().enumerate() {
+                *out.add(i) = nvmlProcessUtilizationSample_t {
+                    pid: *pid,
+                    timeStamp: *ts,
+                    smUtil: *sm,
+                    memUtil: *mem,
+                    encUtil: 0,
+                    decUtil: 0,
+                };
+            }
+            OK
+        })
+    }
 }
 
 // GPM: a sample is a copy of the device's activity integrals at the time it was taken; the
@@ -698,29 +810,41 @@ pub unsafe extern "C" fn nvmlGpmQueryDeviceSupport(
     handle: nvmlDevice_t,
     support: *mut nvmlGpmSupport_t,
 ) -> nvmlReturn_t {
-    device("nvmlGpmQueryDeviceSupport", handle, |d| {
-        if support.is_null() {
-            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
-        }
-        (*support).isSupportedDevice = c_uint::from(d.gpm_supported);
-        OK
-    })
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        device("nvmlGpmQueryDeviceSupport", handle, |d| {
+            if support.is_null() {
+                return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+            }
+            (*support).isSupportedDevice = c_uint::from(d.gpm_supported);
+            OK
+        })
+    }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlGpmSampleAlloc(sample: *mut nvmlGpmSample_t) -> nvmlReturn_t {
-    global("nvmlGpmSampleAlloc", |_| {
-        let boxed = Box::new(GpmSample { counters: None });
-        put(sample, Box::into_raw(boxed) as nvmlGpmSample_t)
-    })
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        global("nvmlGpmSampleAlloc", |_| {
+            let boxed = Box::new(GpmSample { counters: None });
+            put(sample, Box::into_raw(boxed) as nvmlGpmSample_t)
+        })
+    }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlGpmSampleFree(sample: nvmlGpmSample_t) -> nvmlReturn_t {
-    if !sample.is_null() {
-        drop(Box::from_raw(sample as *mut GpmSample));
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        if !sample.is_null() {
+            drop(Box::from_raw(sample as *mut GpmSample));
+        }
+        OK
     }
-    OK
 }
 
 #[no_mangle]
@@ -728,69 +852,83 @@ pub unsafe extern "C" fn nvmlGpmSampleGet(
     handle: nvmlDevice_t,
     sample: nvmlGpmSample_t,
 ) -> nvmlReturn_t {
-    let mut counters = driver_state(handle, |st| st.gpm);
-    if counters.ts_us == 0 {
-        // Before the driver thread's first reading: nothing integrated yet, as of now.
-        counters.ts_us = now_us();
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        let mut counters = driver_state(handle, |st| st.gpm);
+        if counters.ts_us == 0 {
+            // Before the driver thread's first reading: nothing integrated yet, as of now.
+            counters.ts_us = now_us();
+        }
+        device("nvmlGpmSampleGet", handle, |d| {
+            if sample.is_null() {
+                return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+            }
+            if !d.gpm_supported {
+                return nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+            }
+            (*(sample as *mut GpmSample)).counters = Some(counters);
+            OK
+        })
     }
-    device("nvmlGpmSampleGet", handle, |d| {
-        if sample.is_null() {
-            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
-        }
-        if !d.gpm_supported {
-            return nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
-        }
-        (*(sample as *mut GpmSample)).counters = Some(counters);
-        OK
-    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlGpmMetricsGet(m: *mut nvmlGpmMetricsGet_t) -> nvmlReturn_t {
-    global("nvmlGpmMetricsGet", |_| {
-        if m.is_null() || (*m).sample1.is_null() || (*m).sample2.is_null() {
-            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
-        }
-        let (Some(a), Some(b)) = (
-            (*((*m).sample1 as *const GpmSample)).counters,
-            (*((*m).sample2 as *const GpmSample)).counters,
-        ) else {
-            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
-        };
-        let dt = b.ts_us.saturating_sub(a.ts_us).max(1) as f64;
-        let request = &mut *m;
-        let n = (request.numMetrics as usize).min(request.metrics.len());
-        for metric in &mut request.metrics[..n] {
-            let delta = match metric.metricId {
-                nvmlGpmMetricId_t_NVML_GPM_METRIC_GRAPHICS_UTIL => Some(b.engine - a.engine),
-                nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_UTIL => Some(b.sm - a.sm),
-                nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_OCCUPANCY => Some(b.occupancy - a.occupancy),
-                nvmlGpmMetricId_t_NVML_GPM_METRIC_ANY_TENSOR_UTIL => Some(b.tensor - a.tensor),
-                nvmlGpmMetricId_t_NVML_GPM_METRIC_DRAM_BW_UTIL => Some(b.dram - a.dram),
-                // MiB/s, not percentages
-                nvmlGpmMetricId_t_NVML_GPM_METRIC_PCIE_RX_PER_SEC => Some(b.pcie_rx - a.pcie_rx),
-                nvmlGpmMetricId_t_NVML_GPM_METRIC_PCIE_TX_PER_SEC => Some(b.pcie_tx - a.pcie_tx),
-                _ => None,
-            };
-            let percent = !matches!(
-                metric.metricId,
-                nvmlGpmMetricId_t_NVML_GPM_METRIC_PCIE_RX_PER_SEC
-                    | nvmlGpmMetricId_t_NVML_GPM_METRIC_PCIE_TX_PER_SEC
-            );
-            match delta {
-                Some(v) => {
-                    metric.nvmlReturn = OK;
-                    metric.value = if percent {
-                        (v / dt).clamp(0.0, 100.0)
-                    } else {
-                        (v / dt).max(0.0)
-                    };
-                }
-                None => metric.nvmlReturn = nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        global("nvmlGpmMetricsGet", |_| {
+            if m.is_null() || (*m).sample1.is_null() || (*m).sample2.is_null() {
+                return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
             }
-        }
-        OK
-    })
+            let (Some(a), Some(b)) = (
+                (*((*m).sample1 as *const GpmSample)).counters,
+                (*((*m).sample2 as *const GpmSample)).counters,
+            ) else {
+                return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+            };
+            let dt = b.ts_us.saturating_sub(a.ts_us).max(1) as f64;
+            let request = &mut *m;
+            let n = (request.numMetrics as usize).min(request.metrics.len());
+            for metric in &mut request.metrics[..n] {
+                let delta = match metric.metricId {
+                    nvmlGpmMetricId_t_NVML_GPM_METRIC_GRAPHICS_UTIL => Some(b.engine - a.engine),
+                    nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_UTIL => Some(b.sm - a.sm),
+                    nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_OCCUPANCY => {
+                        Some(b.occupancy - a.occupancy)
+                    }
+                    nvmlGpmMetricId_t_NVML_GPM_METRIC_ANY_TENSOR_UTIL => Some(b.tensor - a.tensor),
+                    nvmlGpmMetricId_t_NVML_GPM_METRIC_DRAM_BW_UTIL => Some(b.dram - a.dram),
+                    // MiB/s, not percentages
+                    nvmlGpmMetricId_t_NVML_GPM_METRIC_PCIE_RX_PER_SEC => {
+                        Some(b.pcie_rx - a.pcie_rx)
+                    }
+                    nvmlGpmMetricId_t_NVML_GPM_METRIC_PCIE_TX_PER_SEC => {
+                        Some(b.pcie_tx - a.pcie_tx)
+                    }
+                    _ => None,
+                };
+                let percent = !matches!(
+                    metric.metricId,
+                    nvmlGpmMetricId_t_NVML_GPM_METRIC_PCIE_RX_PER_SEC
+                        | nvmlGpmMetricId_t_NVML_GPM_METRIC_PCIE_TX_PER_SEC
+                );
+                match delta {
+                    Some(v) => {
+                        metric.nvmlReturn = OK;
+                        metric.value = if percent {
+                            (v / dt).clamp(0.0, 100.0)
+                        } else {
+                            (v / dt).max(0.0)
+                        };
+                    }
+                    None => metric.nvmlReturn = nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
+                }
+            }
+            OK
+        })
+    }
 }
 
 // Xid events: each device's `xid_events` are delivered once each, in order, to the event set
@@ -801,7 +939,9 @@ static XID: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlEventSetCreate(set: *mut nvmlEventSet_t) -> nvmlReturn_t {
-    global("nvmlEventSetCreate", |_| put(set, 1usize as nvmlEventSet_t))
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe { global("nvmlEventSetCreate", |_| put(set, 1usize as nvmlEventSet_t)) }
 }
 
 #[no_mangle]
@@ -830,29 +970,33 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
     data: *mut nvmlEventData_t,
     _timeout_ms: c_uint,
 ) -> nvmlReturn_t {
-    if set.is_null() || data.is_null() {
-        return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
-    }
-    global("nvmlEventSetWait_v2", |s| {
-        let mut xid = XID.lock().unwrap_or_else(|p| p.into_inner());
-        for (index, delivered) in xid.iter_mut() {
-            let Some(d) = s.devices.get(*index) else {
-                continue;
-            };
-            if let Some(&code) = d.xid_events.get(*delivered) {
-                *delivered += 1;
-                *data = nvmlEventData_t {
-                    device: (*index + 1) as nvmlDevice_t,
-                    eventType: c_ulonglong::from(nvmlEventTypeXidCriticalError),
-                    eventData: code,
-                    gpuInstanceId: 0,
-                    computeInstanceId: 0,
-                };
-                return OK;
-            }
+    // SAFETY: NVML's contract, which the caller keeps: each pointer is null or valid for
+    // its type (buffers for the length or count passed beside them).
+    unsafe {
+        if set.is_null() || data.is_null() {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
         }
-        nvmlReturn_enum_NVML_ERROR_TIMEOUT
-    })
+        global("nvmlEventSetWait_v2", |s| {
+            let mut xid = XID.lock().unwrap_or_else(|p| p.into_inner());
+            for (index, delivered) in xid.iter_mut() {
+                let Some(d) = s.devices.get(*index) else {
+                    continue;
+                };
+                if let Some(&code) = d.xid_events.get(*delivered) {
+                    *delivered += 1;
+                    *data = nvmlEventData_t {
+                        device: (*index + 1) as nvmlDevice_t,
+                        eventType: c_ulonglong::from(nvmlEventTypeXidCriticalError),
+                        eventData: code,
+                        gpuInstanceId: 0,
+                        computeInstanceId: 0,
+                    };
+                    return OK;
+                }
+            }
+            nvmlReturn_enum_NVML_ERROR_TIMEOUT
+        })
+    }
 }
 
 #[no_mangle]
@@ -868,19 +1012,19 @@ mod tests {
     fn fill_follows_the_sizing_contract() {
         let items = [1u32, 2, 3];
         let mut count: c_uint = 0;
-        assert_eq!(
-            unsafe { fill(&items, &mut count, std::ptr::null_mut()) },
-            nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE
-        );
+        // SAFETY: a live count, and a null buffer, which the contract allows.
+        let sized = unsafe { fill(&items, &mut count, std::ptr::null_mut()) };
+        assert_eq!(sized, nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE);
         assert_eq!(count, 3);
         let mut buf = [0u32; 4];
         count = 4;
-        assert_eq!(unsafe { fill(&items, &mut count, buf.as_mut_ptr()) }, OK);
+        // SAFETY: `buf` holds the `count` items it is said to.
+        let filled = unsafe { fill(&items, &mut count, buf.as_mut_ptr()) };
+        assert_eq!(filled, OK);
         assert_eq!((count, &buf[..3]), (3, &items[..]));
         let mut count: c_uint = 0;
-        assert_eq!(
-            unsafe { fill::<u32>(&[], &mut count, std::ptr::null_mut()) },
-            OK
-        );
+        // SAFETY: as the first call.
+        let none = unsafe { fill::<u32>(&[], &mut count, std::ptr::null_mut()) };
+        assert_eq!(none, OK);
     }
 }

@@ -34,6 +34,7 @@ fn the_fake_answers_like_the_measured_driver() {
     assert_eq!(nvmlInit_v2(), nvmlReturn_enum_NVML_SUCCESS);
     std::thread::sleep(Duration::from_millis(1300));
 
+    // SAFETY: each pointer passed is to a live local, or null where NVML's contract allows it.
     unsafe {
         // GetSamples: a null buffer asks for the count (SUCCESS); then every record.
         let (mut vt, mut n) = (0 as nvmlValueType_t, 0u32);

@@ -102,8 +102,9 @@ fn read_from_start(f: &File, buf: &mut Vec<u8>) -> io::Result<()> {
 
 fn answers_when_gone(f: &File) -> bool {
     use std::os::fd::AsRawFd;
-    // SAFETY: a valid descriptor and an out-struct of the right type.
+    // SAFETY: a zeroed statfs is a valid out-parameter.
     let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `f` is open for the whole call and `s` is a statfs to write.
     if unsafe { libc::fstatfs(f.as_raw_fd(), &mut s) } != 0 {
         return false;
     }
@@ -143,10 +144,10 @@ mod tests {
 
     #[test]
     fn a_kept_cgroup_file_fails_once_its_cgroup_is_removed() {
-        // SAFETY: no preconditions.
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
         assert_eq!(
-            unsafe { libc::geteuid() },
-            0,
+            euid, 0,
             "this test makes a cgroup: run it as root (`cargo xtask test` does)"
         );
         let layout = crate::sources::host::cgroup::CgroupLayout::detect().unwrap();
