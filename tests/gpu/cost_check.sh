@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The agent's cost on a GPU machine, from the repository root with .device/ carried:
 # `xtask bench-vs-nvitop` (gpuwatch as users run it beside nvitop, with Docker started from the
-# bundle; BENCH_ARGS=--no-ebpf-too adds gpuwatch without eBPF), then under a 4-process CUDA load
+# bundle; BENCH_ARGS=--no-ebpf-too adds gpuwatch without eBPF, "--also-interval 5s" serve at
+# 5-s rounds), then under a 4-process CUDA load
 # in one cgroup: where `serve` spends its CPU under a 1-s scrape (perf, where the machine has
 # it; GPUWATCH: a binary that keeps its symbol table) and, from its own counter, by step of a
 # round (tests/gpu/sampling_steps.py), each NVML call's wall and CPU time, a full
@@ -34,6 +35,8 @@ echo "== steps: where serve's sampling thread spends its CPU (Docker on, scraped
 SERVE=$!
 sleep 12
 python3 tests/gpu/sampling_steps.py $SERVE http://127.0.0.1:19877/metrics 30 2>&1 | tee "$OUT/steps.txt"
+echo "== memory: serve's resident memory by mapping, in the steady state"
+python3 tests/gpu/memory_map.py $SERVE 2>&1 | tee "$OUT/memory_map.txt"
 kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null
 if command -v perf >/dev/null; then
   echo "== profile: serve, Docker on, scraped every second"

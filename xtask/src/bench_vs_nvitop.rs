@@ -38,6 +38,10 @@ pub struct Args {
     /// Where `serve` listens while it is measured.
     #[arg(long, default_value = "127.0.0.1:19879")]
     listen: String,
+    /// Also measure `serve` sampling at this interval (e.g. `5s`), scraped every 15 s; repeat
+    /// for several. What a longer round interval saves, beside the 1-s rows.
+    #[arg(long = "also-interval")]
+    also_intervals: Vec<String>,
     /// Instead: how each tool's cost grows from `--procs` CUDA processes in one cgroup to this
     /// many in eight (`serve` scraped every 15 s, and nvitop).
     #[arg(long)]
@@ -119,6 +123,8 @@ struct Measured {
     load: String,
     steady_ms_per_s: f64,
     peak_rss_mib: f64,
+    /// Resident anonymous and file-backed MiB at the end (the steady state's).
+    end_rss_mib: (f64, f64),
     /// (thread name, ms of CPU per second) of the threads that ran, busiest first.
     threads: Vec<(String, f64)>,
 }
@@ -142,12 +148,13 @@ fn thread_cpu_ns(pid: u32) -> std::collections::HashMap<String, (String, u64)> {
     out
 }
 
-fn peak_rss_kib(pid: u32) -> u64 {
+/// A `/proc/<pid>/status` figure in KiB (`VmHWM`, `RssAnon`, ...); 0 where it is missing.
+fn status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmHWM:"))?
+                .find(|l| l.strip_prefix(field).is_some_and(|r| r.starts_with(':')))?
                 .split_whitespace()
                 .nth(1)?
                 .parse()
@@ -188,7 +195,9 @@ fn measure(
         .filter(|(_, ms)| *ms > 0.0)
         .collect();
     threads.sort_by(|a, b| b.1.total_cmp(&a.1));
-    let rss = peak_rss_kib(pid);
+    let rss = status_kib(pid, "VmHWM");
+    let mib = |field| status_kib(pid, field) as f64 / 1024.0;
+    let end_rss_mib = (mib("RssAnon"), mib("RssFile"));
     let scrapes = scraper.map(Scraper::finish);
     if let Ok(Some(status)) = child.try_wait() {
         let mut err = String::new();
@@ -214,6 +223,7 @@ fn measure(
         load: load.to_owned(),
         steady_ms_per_s: threads.iter().map(|t| t.1).sum(),
         peak_rss_mib: rss as f64 / 1024.0,
+        end_rss_mib,
         threads,
     })
 }
@@ -323,14 +333,14 @@ fn nvitop_path(wheels: &Path) -> Result<Option<PathBuf>> {
     Ok(Some(target))
 }
 
-/// `gpuwatch serve` as users run it (the default configuration), at 1 Hz, listening where the
-/// scraper looks.
-fn serve_command(args: &Args) -> Command {
+/// `gpuwatch serve` as users run it (the default configuration) sampling every `interval`,
+/// listening where the scraper looks.
+fn serve_command(args: &Args, interval: &str) -> Command {
     let mut c = Command::new(&args.gpuwatch);
     c.args([
         "serve",
         "--interval",
-        "1s",
+        interval,
         "--web.listen-address",
         &args.listen,
     ]);
@@ -366,7 +376,7 @@ pub fn run(args: Args) -> Result<()> {
         .args(extra);
         c
     };
-    let serve = || serve_command(&args);
+    let serve = || serve_command(&args, "1s");
     let nvitop = || nvitop_command(nvitop_site.as_deref());
     let docker_words = if docker {
         "Docker on"
@@ -382,6 +392,11 @@ pub fn run(args: Args) -> Result<()> {
         results.push(measure(&serve_15, load, serve(), fifteen, &args)?);
         let one = Some(Duration::from_secs(1));
         results.push(measure(&serve_1, load, serve(), one, &args)?);
+        for interval in &args.also_intervals {
+            let name = format!("gpuwatch serve --interval {interval}, scraped 15 s");
+            let command = serve_command(&args, interval);
+            results.push(measure(&name, load, command, fifteen, &args)?);
+        }
         let no_docker = "gpuwatch record --no-docker";
         results.push(measure(no_docker, load, record(&[]), None, &args)?);
         results.push(measure("nvitop API refresh", load, nvitop(), None, &args)?);
@@ -403,13 +418,13 @@ pub fn run(args: Args) -> Result<()> {
         args.seconds.saturating_sub(args.warmup)
     );
     println!(
-        "{:<24} {:<44} {:>18} {:>14}",
-        "load", "tool", "steady ms CPU / s", "peak RSS MiB"
+        "{:<24} {:<52} {:>18} {:>14} {:>20}",
+        "load", "tool", "steady ms CPU / s", "peak RSS MiB", "end anon/file MiB"
     );
     for r in &results {
         println!(
-            "{:<24} {:<44} {:>18.3} {:>14.1}",
-            r.load, r.tool, r.steady_ms_per_s, r.peak_rss_mib
+            "{:<24} {:<52} {:>18.3} {:>14.1} {:>13.1} / {:>4.1}",
+            r.load, r.tool, r.steady_ms_per_s, r.peak_rss_mib, r.end_rss_mib.0, r.end_rss_mib.1
         );
     }
     for load in ["one workload", "two workloads sharing"] {
@@ -417,12 +432,16 @@ pub fn run(args: Args) -> Result<()> {
         let Some(n) = of("nvitop API refresh") else {
             continue;
         };
-        for tool in [
-            serve_15.as_str(),
-            serve_1.as_str(),
-            "gpuwatch record --no-docker",
-        ] {
-            if let Some(g) = of(tool) {
+        let also = args
+            .also_intervals
+            .iter()
+            .map(|i| format!("gpuwatch serve --interval {i}, scraped 15 s"));
+        let tools = [serve_15.clone(), serve_1.clone()]
+            .into_iter()
+            .chain(also)
+            .chain(["gpuwatch record --no-docker".to_owned()]);
+        for tool in tools {
+            if let Some(g) = of(&tool) {
                 println!(
                     "{load}: {tool} / nvitop = {:.2} (CPU), {:.2} (peak RSS)",
                     g.steady_ms_per_s / n.steady_ms_per_s,
@@ -447,7 +466,7 @@ pub fn run(args: Args) -> Result<()> {
 /// Each tool's cost at `--procs` processes in one cgroup and at `to` in eight, and the ratio.
 fn growth(args: &Args, to: usize) -> Result<()> {
     let nvitop_site = nvitop_path(&args.wheels)?;
-    let serve = || serve_command(args);
+    let serve = || serve_command(args, "1s");
     let nvitop = || nvitop_command(nvitop_site.as_deref());
     let fifteen = Some(Duration::from_secs(15));
     let serve_name = if docker_answers() {
