@@ -343,12 +343,21 @@ async fn connect_and_follow(
     tracing::info!(socket = %socket, engine = ?daemon.engine, containers = cache.read().containers.len(), "Docker source up");
 
     let mut retry = tokio::time::interval(RETRY_EVERY);
+    retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut resync = tokio::time::interval(config.resync_every);
     resync.tick().await; // the first tick is now: the list above
+    let mut unverified = false;
     loop {
+        // The retry timer runs only while an inspect failed: otherwise it would wake the
+        // thread every RETRY_EVERY for nothing. Re-armed, it first fires a period later.
+        let failed = !cache.read().unverified.is_empty();
+        if failed && !unverified {
+            retry.reset();
+        }
+        unverified = failed;
         let item = tokio::select! {
             item = stream.next() => item,
-            _ = retry.tick() => {
+            _ = retry.tick(), if unverified => {
                 retry_unverified(&daemon, cache, events).await;
                 continue;
             }
