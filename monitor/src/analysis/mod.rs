@@ -36,7 +36,11 @@ pub fn judge(snap: &mut Snapshot, config: &AnalysisConfig) {
         .map(|w| contention::contention(w, &names, &snap.gpus))
         .collect();
     for (w, shared) in snap.workloads.iter_mut().zip(shared) {
-        w.verdict = verdict::assess(w, window, &snap.sources.ebpf, shared, &config.verdict);
+        let host = verdict::HostFacts {
+            ebpf: &snap.sources.ebpf,
+            cpus: snap.host.cpus,
+        };
+        w.verdict = verdict::assess(w, window, host, shared, &config.verdict);
         if let (Some(v), Some(c)) = (&mut w.verdict, &w.config) {
             config_checks::advise(v, c);
         }

@@ -62,9 +62,9 @@ pub fn cpu_cause(
 }
 
 /// What to do, for a cause [`cpu_cause`] found.
-pub fn cpu_advice(kind: VerdictKind, figure: f64, idle: f64) -> String {
+pub fn cpu_advice(kind: VerdictKind, figure: f64, idle: f64, cpus: Option<u32>) -> String {
     let coarse = "Told from CPU times, without stall tracing.";
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = super::verdict::host_cores(cpus);
     if kind == VerdictKind::HostCpu {
         return format!(
             "The training loop (the GPU processes) was on a CPU {} of the window beyond the \
@@ -79,7 +79,7 @@ pub fn cpu_advice(kind: VerdictKind, figure: f64, idle: f64) -> String {
     format!(
         "The container's other processes (its DataLoader workers) used {figure:.1} CPUs while \
          the GPU idled {} and no task waited for a CPU: the loader is CPU-bound on the cores it \
-         has. Raise num_workers (this host has {cores} cores), lighten the augmentations or move \
+         has. Raise num_workers{cores}, lighten the augmentations or move \
          them to the GPU. {coarse}",
         pct(idle)
     )
@@ -174,6 +174,17 @@ fn pct(x: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The advice counts the host's CPUs as the host source read them (not the agent's own
+    /// affinity or quota), and says nothing of a count it does not have.
+    #[test]
+    fn cpu_bound_advice_names_the_hosts_cpus_when_known() {
+        let known = cpu_advice(VerdictKind::InputBoundCpu, 3.5, 0.4, Some(96));
+        assert!(known.contains("Raise num_workers (this host has 96 cores),"), "{known}");
+        let unknown = cpu_advice(VerdictKind::InputBoundCpu, 3.5, 0.4, None);
+        assert!(unknown.contains("Raise num_workers, lighten"), "{unknown}");
+        assert!(!unknown.contains("cores)"), "{unknown}");
+    }
 
     fn p(cpu: f64, io: f64, memory: f64) -> Pressure {
         Pressure {

@@ -415,13 +415,23 @@ fn pcie(w: &Workload) -> Option<f64> {
 }
 
 /// The verdict for one workload, or `None` when it holds no GPU or the window is unknown.
+/// The round's facts about the host a verdict reads besides the workload's own.
+#[derive(Clone, Copy, Debug)]
+pub struct HostFacts<'a> {
+    /// The stall probes' state.
+    pub ebpf: &'a SourceState,
+    /// The host's online CPUs, for the advice.
+    pub cpus: Option<u32>,
+}
+
 pub fn assess(
     w: &Workload,
     window: Option<f64>,
-    ebpf: &SourceState,
+    host_facts: HostFacts<'_>,
     contention: Option<Contention>,
     config: &VerdictConfig,
 ) -> Option<Verdict> {
+    let ebpf = host_facts.ebpf;
     if w.gpu.processes == 0 {
         return None;
     }
@@ -466,6 +476,7 @@ pub fn assess(
         ebpf,
         contention: contention.as_ref(),
         cpu_times: pressure::cpu_times(w, window),
+        cpus: host_facts.cpus,
         config,
     };
     let judged = facts.classify();
@@ -545,7 +556,14 @@ struct Facts<'a> {
     /// The GPU processes' CPU time against the rest of the container's (used without stall
     /// tracing).
     cpu_times: Option<pressure::CpuTimes>,
+    /// The host's online CPUs.
+    cpus: Option<u32>,
     config: &'a VerdictConfig,
+}
+
+/// " (this host has N cores)" where the count is known, for the advice.
+pub(crate) fn host_cores(cpus: Option<u32>) -> String {
+    cpus.map_or_else(String::new, |n| format!(" (this host has {n} cores)"))
 }
 
 /// A classification: the kind, the advice, and for a host-side kind its cause's share.
@@ -620,7 +638,7 @@ impl Facts<'_> {
     /// A GPU that idles: the loader, the quota, or the host side of the step.
     fn input_or_host(&self, throttled_hard: bool, loader_idle: bool) -> Judged {
         let (idle, config) = (self.idle, self.config);
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cores = host_cores(self.cpus);
         let saturated = |l: &LoaderSummary| {
             l.busy_fraction >= config.loader_saturated && l.busy_cores >= config.loader_active_min
         };
@@ -651,7 +669,7 @@ impl Facts<'_> {
             Some(l) if saturated(l) => Judged::new(
                 VerdictKind::InputBoundCpu,
                 format!(
-                    "The data loader is CPU-bound (on CPU {}, waiting for a CPU {} of its busy time) while the GPU idles {}: raise num_workers (this host has {cores} cores), lower imgsz, or move augmentation to the GPU.",
+                    "The data loader is CPU-bound (on CPU {}, waiting for a CPU {} of its busy time) while the GPU idles {}: raise num_workers{cores}, lower imgsz, or move augmentation to the GPU.",
                     pct(l.on_cpu_share),
                     pct(l.runq_share),
                     pct(idle)
@@ -688,7 +706,7 @@ impl Facts<'_> {
         {
             return Judged {
                 kind,
-                advice: pressure::cpu_advice(kind, figure, idle),
+                advice: pressure::cpu_advice(kind, figure, idle, self.cpus),
                 host_share: (kind == VerdictKind::HostCpu).then_some(figure),
             };
         }
@@ -824,6 +842,14 @@ fn fmt_ms(v: Option<f64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The host's facts as a test host has them: 16 CPUs.
+    fn host(ebpf: &SourceState) -> HostFacts<'_> {
+        HostFacts {
+            ebpf,
+            cpus: Some(16),
+        }
+    }
     use crate::model::{
         CpuUsage, CudaCalls, CudaProcessCalls, CudaWindow, IoSummary, Pressure, ProcessStall,
         SplitMethod, StallWindow, ThreadTimes, Transfer, WorkloadGpu, WorkloadGpuShare,
@@ -918,7 +944,7 @@ mod tests {
     }
 
     fn assess1(w: &Workload) -> Verdict {
-        assess(w, Some(1.0), &up(), None, &VerdictConfig::default()).expect("a GPU workload")
+        assess(w, Some(1.0), host(&up()), None, &VerdictConfig::default()).expect("a GPU workload")
     }
 
     const GPU: ProcessRole = ProcessRole::Gpu;
@@ -1051,7 +1077,7 @@ mod tests {
             ],
             None,
         );
-        let v = assess(&w, Some(12.0), &up(), None, &VerdictConfig::default()).unwrap();
+        let v = assess(&w, Some(12.0), host(&up()), None, &VerdictConfig::default()).unwrap();
         assert_eq!(v.kind, VerdictKind::InputBoundIo);
         assert!(
             (v.input_bound_share.unwrap() - 9.64 / 9.82).abs() < 1e-9,
@@ -1156,7 +1182,7 @@ mod tests {
     fn without_ebpf_the_verdict_says_why() {
         let w = workload(0.4, vec![], None);
         let down = SourceState::down("stall tracing unavailable: missing CAP_BPF");
-        let v = assess(&w, Some(1.0), &down, None, &VerdictConfig::default()).unwrap();
+        let v = assess(&w, Some(1.0), host(&down), None, &VerdictConfig::default()).unwrap();
         assert_eq!(v.kind, VerdictKind::Unknown);
         assert!(v.advice.contains("missing CAP_BPF"));
         assert_eq!(v.input_bound_share, None);
@@ -1507,7 +1533,7 @@ mod tests {
     }
 
     fn judged(w: &Workload, c: Contention, ebpf: &SourceState) -> Verdict {
-        assess(w, Some(1.0), ebpf, Some(c), &VerdictConfig::default()).unwrap()
+        assess(w, Some(1.0), host(ebpf), Some(c), &VerdictConfig::default()).unwrap()
     }
 
     /// The 10 % container of a three-way share: its loop spins in synchronisation behind the
@@ -1614,7 +1640,7 @@ mod tests {
             if let Some(c) = &mut w.cpu {
                 c.cores = Some(cores);
             }
-            assess(&w, Some(1.0), &down, None, &VerdictConfig::default()).unwrap()
+            assess(&w, Some(1.0), host(&down), None, &VerdictConfig::default()).unwrap()
         };
         let p = |cpu: f64, io: f64| Pressure {
             cpu_some: cpu,
@@ -1669,10 +1695,10 @@ mod tests {
     fn no_gpu_process_no_verdict() {
         let mut w = workload(0.5, vec![], None);
         w.gpu.processes = 0;
-        assert!(assess(&w, Some(1.0), &up(), None, &VerdictConfig::default()).is_none());
+        assert!(assess(&w, Some(1.0), host(&up()), None, &VerdictConfig::default()).is_none());
         let w = workload(0.5, vec![], None);
         assert!(
-            assess(&w, None, &up(), None, &VerdictConfig::default()).is_none(),
+            assess(&w, None, host(&up()), None, &VerdictConfig::default()).is_none(),
             "first round"
         );
     }

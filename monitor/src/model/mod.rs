@@ -156,6 +156,9 @@ pub struct HostInfo {
     pub kernel: String,
     pub cgroup_mode: CgroupMode,
     pub nvml_driver_version: Option<String>,
+    /// The host's online CPUs, read once at start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<u32>,
     /// What the agent cannot see of the host from where it runs (a container started without
     /// the host's namespaces); empty when it sees everything.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -767,6 +770,7 @@ pub mod test_support {
                 kernel: "6.18".into(),
                 cgroup_mode: CgroupMode::V2,
                 nvml_driver_version: None,
+                cpus: Some(16),
                 blind_spots: Vec::new(),
             },
             sources: Sources {

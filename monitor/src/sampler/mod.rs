@@ -185,6 +185,7 @@ impl Sampler {
         let host = HostInfo {
             hostname: system::hostname(),
             kernel: system::kernel_release(),
+            cpus: system::online_cpus(),
             cgroup_mode: layout.mode,
             nvml_driver_version: gpu.as_ref().ok().and_then(|g| g.driver_version.clone()),
             blind_spots,
