@@ -3,10 +3,11 @@
 //! there, as root, from the repository root; `cargo xtask gpu-bundle` makes it).
 //!
 //! Method: a load of CUDA processes (tests/gpu/torch_job.py, a 4096² matmul loop each) in child
-//! cgroups; each tool runs alone at 1 Hz for `--seconds`: gpuwatch as users run it — `serve` in
-//! its default configuration (Docker on where a daemon answers, eBPF on, the default series
-//! interval) scraped every 15 s and every second — and `record --no-docker`; and nvitop's API
-//! refreshing every device's processes with their SM, CPU and memory figures. Steady state is
+//! cgroups; each tool runs alone for `--seconds`: gpuwatch as users run it — `serve` in its
+//! default configuration (5-s rounds, Docker on where a daemon answers, eBPF on, the default
+//! series interval) scraped every 15 s and every second — and `record --no-docker` at 1 Hz; and
+//! nvitop's API refreshing every device's processes with their SM, CPU and memory figures at
+//! 1 Hz. `--also-interval 1s` adds `serve` sampling every second. Steady state is
 //! the on-CPU time of all the tool's threads (`/proc/<pid>/task/*/schedstat`) from `--warmup`
 //! seconds in to the end, per second (the window is printed); peak RSS is `VmHWM`. Two loads:
 //! one workload holding the GPU (gpuwatch needs no per-process call), and two sharing it
@@ -333,17 +334,14 @@ fn nvitop_path(wheels: &Path) -> Result<Option<PathBuf>> {
     Ok(Some(target))
 }
 
-/// `gpuwatch serve` as users run it (the default configuration) sampling every `interval`,
-/// listening where the scraper looks.
-fn serve_command(args: &Args, interval: &str) -> Command {
+/// `gpuwatch serve` as users run it (the default configuration), sampling every `interval`
+/// where one is given, listening where the scraper looks.
+fn serve_command(args: &Args, interval: Option<&str>) -> Command {
     let mut c = Command::new(&args.gpuwatch);
-    c.args([
-        "serve",
-        "--interval",
-        interval,
-        "--web.listen-address",
-        &args.listen,
-    ]);
+    c.args(["serve", "--web.listen-address", &args.listen]);
+    if let Some(interval) = interval {
+        c.args(["--interval", interval]);
+    }
     c
 }
 
@@ -376,7 +374,7 @@ pub fn run(args: Args) -> Result<()> {
         .args(extra);
         c
     };
-    let serve = || serve_command(&args, "1s");
+    let serve = || serve_command(&args, None);
     let nvitop = || nvitop_command(nvitop_site.as_deref());
     let docker_words = if docker {
         "Docker on"
@@ -394,7 +392,7 @@ pub fn run(args: Args) -> Result<()> {
         results.push(measure(&serve_1, load, serve(), one, &args)?);
         for interval in &args.also_intervals {
             let name = format!("gpuwatch serve --interval {interval}, scraped 15 s");
-            let command = serve_command(&args, interval);
+            let command = serve_command(&args, Some(interval));
             results.push(measure(&name, load, command, fifteen, &args)?);
         }
         let no_docker = "gpuwatch record --no-docker";
@@ -412,7 +410,8 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     println!(
-        "steady window: {} s to {} s after each tool's start ({} s), 1-s interval",
+        "steady window: {} s to {} s after each tool's start ({} s); serve at its default \
+         interval unless named, record and nvitop at 1 Hz",
         args.warmup,
         args.seconds,
         args.seconds.saturating_sub(args.warmup)
@@ -466,7 +465,7 @@ pub fn run(args: Args) -> Result<()> {
 /// Each tool's cost at `--procs` processes in one cgroup and at `to` in eight, and the ratio.
 fn growth(args: &Args, to: usize) -> Result<()> {
     let nvitop_site = nvitop_path(&args.wheels)?;
-    let serve = || serve_command(args, "1s");
+    let serve = || serve_command(args, None);
     let nvitop = || nvitop_command(nvitop_site.as_deref());
     let fifteen = Some(Duration::from_secs(15));
     let serve_name = if docker_answers() {
@@ -483,7 +482,8 @@ fn growth(args: &Args, to: usize) -> Result<()> {
         rows.push(measure("nvitop API refresh", &load, nvitop(), None, args)?);
     }
     println!(
-        "steady window: {} s to {} s after each tool's start, 1-s interval",
+        "steady window: {} s to {} s after each tool's start; serve at its default interval, \
+         nvitop at 1 Hz",
         args.warmup, args.seconds
     );
     for r in &rows {

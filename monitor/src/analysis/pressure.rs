@@ -180,7 +180,10 @@ mod tests {
     #[test]
     fn cpu_bound_advice_names_the_hosts_cpus_when_known() {
         let known = cpu_advice(VerdictKind::InputBoundCpu, 3.5, 0.4, Some(96));
-        assert!(known.contains("Raise num_workers (this host has 96 cores),"), "{known}");
+        assert!(
+            known.contains("Raise num_workers (this host has 96 cores),"),
+            "{known}"
+        );
         let unknown = cpu_advice(VerdictKind::InputBoundCpu, 3.5, 0.4, None);
         assert!(unknown.contains("Raise num_workers, lighten"), "{unknown}");
         assert!(!unknown.contains("cores)"), "{unknown}");

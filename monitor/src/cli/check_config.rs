@@ -11,9 +11,10 @@ pub(crate) fn check_config(file: &std::path::Path) -> Result<()> {
         .filter(|name| r.is_enabled(name))
         .collect();
     println!(
-        "{}: ok (interval {}, {} of {} alert rules enabled: {}; notify: log{}{})",
+        "{}: ok (interval {}, serve {}, {} of {} alert rules enabled: {}; notify: log{}{})",
         file.display(),
         humantime::format_duration(c.interval),
+        humantime::format_duration(c.serve_interval),
         enabled.len(),
         gpuwatch::health::rules::RULE_NAMES.len(),
         enabled.join(", "),

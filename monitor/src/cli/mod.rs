@@ -146,7 +146,8 @@ impl PrintArgs {
 /// How long a continuous command runs, and how often it samples.
 #[derive(Args)]
 pub(crate) struct RunArgs {
-    /// Time between samples, 100ms to 24h (default: the config's `interval`, 1 s).
+    /// Time between samples, 100ms to 24h (default: the config's `interval`, 1 s; for `serve`,
+    /// its `serve_interval`, 5 s).
     #[arg(long, value_parser = gpuwatch::units::seconds_or_duration)]
     pub(crate) interval: Option<Duration>,
     /// Stop after this long (default: until Ctrl-C or SIGTERM).
@@ -155,9 +156,14 @@ pub(crate) struct RunArgs {
 }
 
 impl RunArgs {
-    /// The interval: the flag, else the config's; 100 ms to 24 h.
+    /// The interval: the flag, else the config's `interval`; 100 ms to 24 h.
     pub(crate) fn interval(&self, config: &Config) -> Result<Duration> {
-        let interval = self.interval.unwrap_or(config.interval);
+        self.interval_or(config.interval)
+    }
+
+    /// The interval: the flag, else `configured` (the config's key for this command).
+    pub(crate) fn interval_or(&self, configured: Duration) -> Result<Duration> {
+        let interval = self.interval.unwrap_or(configured);
         gpuwatch::units::check_interval(interval)
             .map_err(|m| anyhow::anyhow!("--interval: {m}"))?;
         Ok(interval)
@@ -392,5 +398,30 @@ mod tests {
             .to_string()
             .contains("unix://"));
         assert!(docker_host_socket("unix://relative.sock").is_err());
+    }
+
+    /// `serve` samples every `serve_interval` (5 s by default), the other commands every
+    /// `interval` (1 s); `--interval` overrides either, and is checked like them.
+    #[test]
+    fn serve_has_its_own_interval_and_the_flag_beats_it() {
+        let config = Config::default();
+        let no_flag = RunArgs {
+            interval: None,
+            duration: None,
+        };
+        let serve = |a: &RunArgs| a.interval_or(config.serve_interval).ok();
+        assert_eq!(serve(&no_flag), Some(Duration::from_secs(5)));
+        assert_eq!(no_flag.interval(&config).ok(), Some(Duration::from_secs(1)));
+        let flag = RunArgs {
+            interval: Some(Duration::from_secs(2)),
+            duration: None,
+        };
+        assert_eq!(serve(&flag), Some(Duration::from_secs(2)));
+        assert_eq!(flag.interval(&config).ok(), Some(Duration::from_secs(2)));
+        let tiny = RunArgs {
+            interval: Some(Duration::from_millis(1)),
+            duration: None,
+        };
+        assert!(serve(&tiny).is_none(), "1 ms is below the 100-ms floor");
     }
 }

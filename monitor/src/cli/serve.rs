@@ -28,7 +28,7 @@ pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
     use gpuwatch::serve::web_config::{BasicAuth, WebConfig};
     use gpuwatch::serve::{LatestPublished, LoginGate, Site};
     use std::sync::{Arc, RwLock};
-    let interval = args.run.interval(config)?;
+    let interval = args.run.interval_or(config.serve_interval)?;
     let agent_config = args.sources.agent_config(config);
     let user = args.privileges.identity(&agent_config)?;
     let files = gpuwatch::serve::raise_file_limit();

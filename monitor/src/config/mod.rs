@@ -24,9 +24,14 @@ use std::time::Duration;
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// Time between samples for the continuous commands (`watch`, `record`).
+    /// Time between samples for the continuous commands (`watch`, `record`, `top`).
     #[serde(with = "duration")]
     pub interval: Duration,
+    /// Time between samples for `serve`. An exporter is scraped every 15 s or more, and the
+    /// GPU's busy time comes from the driver's series whatever the round: 5-s rounds cost less
+    /// than half of 1-s ones (docs/performance.md) and lose no figure a scrape would see.
+    #[serde(with = "duration")]
+    pub serve_interval: Duration,
     pub sources: SourcesConfig,
     pub verdict: VerdictConfig,
     pub headroom: HeadroomConfig,
@@ -37,10 +42,14 @@ pub struct Config {
     pub prices: crate::recording::summary::Prices,
 }
 
+/// `serve_interval`'s default.
+pub const DEFAULT_SERVE_INTERVAL: Duration = Duration::from_secs(5);
+
 impl Default for Config {
     fn default() -> Self {
         Self {
             interval: Duration::from_secs(1),
+            serve_interval: DEFAULT_SERVE_INTERVAL,
             sources: SourcesConfig::default(),
             verdict: VerdictConfig::default(),
             headroom: HeadroomConfig::default(),
@@ -151,6 +160,8 @@ impl Config {
     fn validate(&self) -> Result<(), FieldError> {
         crate::units::check_interval(self.interval)
             .map_err(|e| FieldError::new("interval", e.to_string()))?;
+        crate::units::check_interval(self.serve_interval)
+            .map_err(|e| FieldError::new("serve_interval", e.to_string()))?;
         crate::units::check_interval(self.sources.nvml_series_interval)
             .map_err(|e| FieldError::new("sources.nvml_series_interval", e.to_string()))?;
         self.sources
@@ -277,6 +288,7 @@ mod tests {
     fn no_file_content_is_the_defaults() {
         let c = parse("# nothing here\n").expect("empty config");
         assert_eq!(c.interval, Duration::from_secs(1));
+        assert_eq!(c.serve_interval, Duration::from_secs(5));
         assert!(c.sources.docker);
         assert!(c.alerts.rules.gpu_underutilized.enabled);
     }
@@ -449,6 +461,12 @@ mod tests {
         for text in ["interval: 100ms\n", "interval: 24h\n"] {
             parse(text).expect(text);
         }
+        let e = parse("interval: 2s\nserve_interval: 50ms\n").expect_err("serve_interval");
+        let s = e.to_string();
+        assert!(
+            s.contains("line 2") && s.contains("field `serve_interval`"),
+            "{s}"
+        );
         let e = parse("sources:\n  nvml_series_interval: 50ms\n").expect_err("series");
         assert!(e.to_string().contains("line 2"), "{e}");
     }
@@ -463,6 +481,10 @@ mod tests {
         assert_eq!(format!("{:?}", c.verdict), format!("{:?}", d.verdict));
         assert_eq!(format!("{:?}", c.sources), format!("{:?}", d.sources));
         assert_eq!(c.headroom.baseline, d.headroom.baseline);
+        assert_eq!(
+            (c.interval, c.serve_interval),
+            (d.interval, d.serve_interval)
+        );
     }
 
     /// Flow style, and flow mappings spread over lines: the error's line, column and field are
