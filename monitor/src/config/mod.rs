@@ -28,8 +28,8 @@ pub struct Config {
     #[serde(with = "duration")]
     pub interval: Duration,
     /// Time between samples for `serve`. An exporter is scraped every 15 s or more, and the
-    /// GPU's busy time comes from the driver's series whatever the round: 5-s rounds cost less
-    /// than half of 1-s ones (docs/performance.md) and lose no figure a scrape would see.
+    /// GPU's busy time comes from the driver's series whatever the round: 5-s rounds cost two
+    /// thirds of 1-s ones (docs/performance.md) and lose no figure a scrape would see.
     #[serde(with = "duration")]
     pub serve_interval: Duration,
     pub sources: SourcesConfig,
