@@ -702,6 +702,14 @@ pub mod test_support {
         }
     }
 
+    /// The id of Docker container `name`.
+    pub fn docker_id(name: &str) -> WorkloadId {
+        WorkloadId {
+            kind: WorkloadKind::Docker,
+            id: name.into(),
+        }
+    }
+
     pub fn process(pid: u32, workload: Option<&WorkloadId>, memory: u64) -> GpuProcess {
         GpuProcess {
             reading: ProcessReading {

@@ -550,15 +550,7 @@ fn own_cgroup_namespace(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::test_support::{gpu, process};
-    use crate::model::WorkloadKind;
-
-    fn id(name: &str) -> WorkloadId {
-        WorkloadId {
-            kind: WorkloadKind::Docker,
-            id: name.into(),
-        }
-    }
+    use crate::model::test_support::{docker_id as id, gpu, process};
 
     #[test]
     fn a_gpu_is_shared_when_its_processes_belong_to_several_workloads() {

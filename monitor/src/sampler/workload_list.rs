@@ -308,14 +308,7 @@ fn add_gpu_share(w: &mut WorkloadGpu, gpu: &Gpu, p: &GpuProcess) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::test_support::{gpu, process};
-
-    fn id(name: &str) -> WorkloadId {
-        WorkloadId {
-            kind: WorkloadKind::Docker,
-            id: name.into(),
-        }
-    }
+    use crate::model::test_support::{docker_id as id, gpu, process};
 
     /// Two GPUs: a listed container on both, a cgroup nobody listed on one, an unattributed
     /// (vanished) process beside them. Memory and PIDs add up per workload and GPU, in GPU
