@@ -215,7 +215,10 @@ fn test(no_lint: bool, extra: &[String]) -> Result<()> {
         ])?;
         clippy_ebpf()?;
         // The dependency tree against deny.toml: licences, banned and duplicate crates, and
-        // sources (advisories need a database these machines cannot fetch).
+        // sources (advisories need a database these machines cannot fetch). Offline, it reads
+        // every platform's crates from the local registry: a build fetches only this one's, so
+        // fetch them all first (a fresh machine has none of the Windows or Android ones).
+        cargo(&["fetch", "--locked"])?;
         cargo(&["deny", "--offline", "check", "licenses", "bans", "sources"])?;
     }
     // The end-to-end tests load the fake NVML library and run the agent binary.
