@@ -157,8 +157,9 @@ impl LoginGate {
         }
     }
 
-    /// The key's one check at a time, waited for when few wait; `None` when too many do.
-    async fn slow_lane(&self, key: &Key) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    /// The key's one check at a time, waited for when few wait; `None` when too many do. The
+    /// turn counts as waiting until it is dropped, after its check.
+    async fn slow_lane(&self, key: &Key) -> Option<LaneTurn> {
         let lane = {
             let mut lanes = lock(&self.slow_lanes);
             if lanes.len() >= CLIENTS_KEPT {
@@ -171,7 +172,12 @@ impl LoginGate {
             lane.waiting.fetch_sub(1, Ordering::SeqCst);
             return None;
         }
-        let permit = lane.check.clone().acquire_owned().await.ok();
+        // From here the turn holds its place in `waiting`, whatever happens to the future.
+        let mut turn = LaneTurn {
+            lane: lane.clone(),
+            permit: None,
+        };
+        turn.permit = lane.check.clone().acquire_owned().await.ok();
         let due = {
             let mut next = lock(&lane.next_check);
             let due = (*next).max(Instant::now());
@@ -179,8 +185,7 @@ impl LoginGate {
             due
         };
         tokio::time::sleep_until(due.into()).await;
-        lane.waiting.fetch_sub(1, Ordering::SeqCst);
-        permit
+        turn.permit.is_some().then_some(turn)
     }
 
     /// bcrypt on a blocking thread, behind the bounded queue; `None` when the queue is full.
@@ -210,6 +215,22 @@ struct SlowLane {
     check: Arc<Semaphore>,
     waiting: AtomicUsize,
     next_check: Mutex<Instant>,
+}
+
+/// A request's turn in a locked key's lane: the lane's one check while it holds the permit.
+/// It counts among the lane's waiting from the moment it queues until it is dropped, after the
+/// check: the one checking and those waiting, as [`SLOW_LANE_QUEUE`] bounds them. (Counted only
+/// until its turn came, a check whose turn was due at once left the count before its bcrypt,
+/// and a third request got in line instead of a `429`.)
+struct LaneTurn {
+    lane: Arc<SlowLane>,
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl Drop for LaneTurn {
+    fn drop(&mut self) {
+        self.lane.waiting.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Default for SlowLane {
