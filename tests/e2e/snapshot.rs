@@ -305,10 +305,11 @@ fn a_lone_busy_process_is_credited_with_its_gpus_busy_time() {
 fn a_shared_gpu_the_driver_cannot_split_is_estimated_and_says_so() {
     // Two containers on one GPU, each a shell spinning in its own process (no children, so the
     // process's CPU time is its cgroup's), the first on a whole CPU, the second held to a fifth
-    // of one; the driver credits every period to the busier (70 %, as the H200 did beside a
-    // 30 % job), so the other has no driver share. Their split must come from host CPU time, labelled an
-    // estimate, in the proportion of the CPU time the kernel counted for each (`cpu.stat`);
-    // the two together are the GPU's busy share.
+    // of one; the driver would credit every period to the busier (70 %, as the H200 did beside
+    // a 30 % job), so the other would have no driver share. Their split must come from host CPU
+    // time, labelled an estimate, in the proportion of the CPU time the kernel counted for each
+    // (`cpu.stat`); the two together are the GPU's busy share. Both ran on a CPU all the while,
+    // so the driver's figures could not change the split: it was not asked (~2 ms a GPU).
     require_root();
     let spin = "while :; do :; done";
     let a = Container::start(&unique("share-a"), &[], spin);
@@ -327,11 +328,12 @@ fn a_shared_gpu_the_driver_cannot_split_is_estimated_and_says_so() {
     let g = &run.json["gpus"][0];
     assert_eq!(g["busy"]["split"], "host_cpu_estimate", "{g:#}");
     assert_close(&g["busy"]["fraction"], 1.0, 0.01);
-    assert_eq!(gpu_process(&run.json, 0, a.pid)["driver_sm_percent"], 100);
-    assert_eq!(
-        gpu_process(&run.json, 0, b.pid)["driver_sm_percent"],
-        Value::Null
-    );
+    for c in [&a, &b] {
+        assert_eq!(
+            gpu_process(&run.json, 0, c.pid)["driver_sm_percent"],
+            Value::Null
+        );
+    }
     let part = |c: &Container| {
         workload(&run.json, &format!("docker:{}", c.id))["gpu"]["per_gpu"][0]["busy_fraction"]
             .as_f64()
@@ -352,6 +354,40 @@ fn a_shared_gpu_the_driver_cannot_split_is_estimated_and_says_so() {
             "GPM is per GPU, not per holder"
         );
     }
+}
+
+#[test]
+fn a_shared_gpu_with_a_holder_idle_on_its_cpu_asks_the_driver() {
+    // One container spins on a CPU; the other sleeps on its CPU while the driver credits it
+    // with the GPU (a job that waits on its kernels without spinning). CPU time alone would
+    // give the sleeper nothing, so the driver is asked: the sleeper gets the driver's share, the
+    // spinner, which the driver did not credit, an unknown one.
+    require_root();
+    let spinner = Container::start(&unique("idle-cpu-a"), &[], "while :; do :; done");
+    let sleeper = Container::start(&unique("idle-cpu-b"), &[], "sleep 3600");
+    let run = snapshot(
+        &json!({"devices": [{"uuid": "GPU-shared-idle", "processes": [
+            {"pid": spinner.pid, "used_memory_bytes": GIB, "sm_util": 30},
+            {"pid": sleeper.pid, "used_memory_bytes": GIB, "sm_util": 70}]}]}),
+        &["--window", "2s"],
+    );
+    assert!(run.status.success(), "{}", run.stderr);
+    let g = &run.json["gpus"][0];
+    assert_eq!(g["busy"]["split"], "partial", "{g:#}");
+    assert_eq!(
+        gpu_process(&run.json, 0, sleeper.pid)["driver_sm_percent"],
+        100
+    );
+    let part = |c: &Container| {
+        workload(&run.json, &format!("docker:{}", c.id))["gpu"]["per_gpu"][0]["busy_fraction"]
+            .clone()
+    };
+    assert_close(
+        &part(&sleeper),
+        g["busy"]["fraction"].as_f64().unwrap(),
+        1e-9,
+    );
+    assert_eq!(part(&spinner), Value::Null, "{g:#}");
 }
 
 /// Two containers on one GPU: one busy on its CPU (and so given the larger part), one that

@@ -16,12 +16,14 @@
 //! - **partial**: the driver's figures for the processes it credited, unknown for the active
 //!   processes it did not, when neither covers every active process.
 //!
+//! The driver is asked only when its figures could change the split ([`driver_could_matter`]):
+//! when every holder ran on a CPU, the host CPU estimate stands whatever it would say.
+//!
 //! "Active" means a driver share above 0 or at least 1 % of the window on a CPU. A holder that
 //! did neither gets 0: it holds memory and ran nothing visible. One that may have run is never
 //! given 0: its share is unknown.
 
-use crate::model::SplitMethod;
-use crate::model::WorkloadId;
+use crate::model::{GpuProcess, SplitMethod, WorkloadId};
 
 /// One process holding the GPU, with the evidence of its use.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,6 +35,31 @@ pub struct Holder {
     pub driver_percent: Option<u32>,
 }
 
+impl From<&GpuProcess> for Holder {
+    fn from(p: &GpuProcess) -> Self {
+        Holder {
+            workload: p.workload.clone(),
+            cpu_seconds: p.host_cpu_seconds,
+            driver_percent: p.driver_sm_percent,
+        }
+    }
+}
+
+/// CPU time below this share of the window is no evidence of activity.
+const ACTIVE_CPU_SHARE: f64 = 0.01;
+
+/// Whether the driver's figures could change how these holders' busy time is split. Not when
+/// every holder ran on a CPU for the window's active share: the split then rests on the host
+/// CPU time alone, whatever the driver says, and asking it costs ~2 ms a GPU.
+pub fn driver_could_matter(holders: &[Holder], window_seconds: f64) -> bool {
+    !holders.iter().all(|h| cpu_active(h, window_seconds))
+}
+
+fn cpu_active(h: &Holder, window_seconds: f64) -> bool {
+    h.cpu_seconds
+        .is_some_and(|c| c >= ACTIVE_CPU_SHARE * window_seconds)
+}
+
 /// Each holder's share of the GPU's busy time (0..=1, summing to at most 1), `None` where
 /// unknown.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,9 +67,6 @@ pub struct Split {
     pub method: SplitMethod,
     pub shares: Vec<Option<f64>>,
 }
-
-/// CPU time below this share of the window is no evidence of activity.
-const ACTIVE_CPU_SHARE: f64 = 0.01;
 
 pub fn split(holders: &[Holder], window_seconds: f64) -> Split {
     let n = holders.len();
@@ -56,10 +80,7 @@ pub fn split(holders: &[Holder], window_seconds: f64) -> Split {
     if first.is_some_and(|w| w.is_some() && holders.iter().all(|h| &h.workload == w)) {
         return even(holders, SplitMethod::SoleHolder, |_| true);
     }
-    let cpu_active = |h: &Holder| {
-        h.cpu_seconds
-            .is_some_and(|c| c >= ACTIVE_CPU_SHARE * window_seconds)
-    };
+    let cpu_active = |h: &Holder| cpu_active(h, window_seconds);
     let sampled = |h: &Holder| h.driver_percent.is_some_and(|p| p > 0);
     let active: Vec<bool> = holders
         .iter()
@@ -251,5 +272,45 @@ mod tests {
         let s = split(&[h("a", Some(0.0), None), h("b", None, None)], 1.0);
         assert_eq!(s.method, SplitMethod::Unknown);
         assert_eq!(s.shares, vec![None, None]);
+    }
+
+    #[test]
+    fn the_driver_could_matter_only_while_a_holder_is_not_busy_on_a_cpu() {
+        // Window 2 s: active from 0.02 s on a CPU, as in `split`.
+        let busy = [h("a", Some(0.8), None), h("b", Some(0.02), None)];
+        assert!(!driver_could_matter(&busy, 2.0));
+        let idle = [h("a", Some(0.8), None), h("b", Some(0.019), None)];
+        assert!(driver_could_matter(&idle, 2.0));
+        let gone = [h("a", Some(0.8), None), h("b", None, None)];
+        assert!(driver_could_matter(&gone, 2.0), "a process not measured");
+    }
+
+    #[test]
+    fn while_the_driver_cannot_matter_its_figures_change_nothing() {
+        // What lets the sampler skip the driver's ~2-ms call: for holders all busy on a CPU,
+        // the split is the same whatever the driver would have said.
+        let cpu = [
+            (Some(0.8), "a"),
+            (Some(0.02), "b"),
+            (Some(0.3), "a"),
+            (Some(1.9), "c"),
+        ];
+        let drivers = [None, Some(0), Some(7), Some(100)];
+        for n in 2..=cpu.len() {
+            let holders = |d: &dyn Fn(usize) -> Option<u32>| -> Vec<Holder> {
+                cpu[..n]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (c, w))| h(w, *c, d(i)))
+                    .collect()
+            };
+            let without = holders(&|_| None);
+            assert!(!driver_could_matter(&without, 2.0));
+            let want = split(&without, 2.0);
+            for shift in 0..drivers.len() {
+                let with = holders(&|i| drivers[(i + shift) % drivers.len()]);
+                assert_eq!(split(&with, 2.0), want, "{with:?}");
+            }
+        }
     }
 }

@@ -135,15 +135,15 @@ impl GpuSide {
         self.complete(true, keep_from)
     }
 
-    /// Fetches the GPU series, GPM and, for GPUs several workloads hold in a pending round, the
-    /// driver's per-process split.
+    /// Fetches the GPU series, GPM and, for the GPUs whose split in a pending round may need it,
+    /// the driver's per-process split.
     fn fetch(&mut self) {
         self.heartbeat.enter(Step::NvmlSeries);
         self.last_fetch = Some(Instant::now());
         let Ok(g) = &mut self.gpu else { return };
         let mut shared: Vec<u32> = Vec::new();
         for p in &self.pending {
-            for i in &p.shared_gpus {
+            for i in &p.driver_split_gpus {
                 if !shared.contains(i) {
                     shared.push(*i);
                 }

@@ -42,6 +42,7 @@ use crate::sources::host::cgroup::CgroupLayout;
 use crate::sources::host::pid::PidSet;
 use crate::sources::host::{system, HostReader};
 use attribution::{Attribution, AttributionSources};
+use busy_split::Holder;
 use cgroups::WorkloadCgroups;
 use config_reader::ConfigReader;
 use counters::CgroupCounters;
@@ -280,6 +281,7 @@ impl Sampler {
         let (readings, nvml_query_seconds) = self.gpu_side.readings();
         self.heartbeat.enter(Step::HostReadings);
         let (gpus, shared_gpus) = self.gpu_round(readings);
+        let driver_split_gpus = driver_split_gpus(&gpus, &shared_gpus, window_us);
         let docker_state = self.workload_list.docker_state();
         let window = window_seconds.filter(|w| *w > 0.0);
         let workloads = self.workload_round(&docker_state, &gpus, window, now_us / 1000);
@@ -317,7 +319,7 @@ impl Sampler {
             },
             window_us,
             taken: started,
-            shared_gpus,
+            driver_split_gpus,
         }
     }
 
@@ -502,6 +504,24 @@ impl Sampler {
             .collect();
         self.container_configs.retain(|id| running.contains(id));
     }
+}
+
+/// The shared GPUs whose split over the round's window may need the driver's per-process
+/// figures ([`busy_split::driver_could_matter`]); none in a round without a window, which is
+/// never split.
+fn driver_split_gpus(gpus: &[Gpu], shared: &[u32], window_us: Option<(u64, u64)>) -> Vec<u32> {
+    let Some((a, b)) = window_us else {
+        return Vec::new();
+    };
+    let window_seconds = b.saturating_sub(a) as f64 / 1e6;
+    gpus.iter()
+        .filter(|g| shared.contains(&g.device.index))
+        .filter(|g| {
+            let holders: Vec<Holder> = g.processes.iter().map(Holder::from).collect();
+            busy_split::driver_could_matter(&holders, window_seconds)
+        })
+        .map(|g| g.device.index)
+        .collect()
 }
 
 /// True when the GPU's processes belong to more than one workload (an unattributed process

@@ -19,8 +19,9 @@ pub struct PendingRound {
     /// The round's window, µs since the epoch; `None` for the first round.
     pub window_us: Option<(u64, u64)>,
     pub taken: Instant,
-    /// The GPUs several workloads held in this round (their split needs the driver's figures).
-    pub shared_gpus: Vec<u32>,
+    /// The GPUs whose split in this round may need the driver's per-process figures: held by
+    /// several workloads, and not every holder busy on a CPU.
+    pub driver_split_gpus: Vec<u32>,
 }
 
 /// Spans of GPM and per-process figures kept per GPU: enough to cover every pending round.
@@ -157,15 +158,7 @@ impl Completion<'_> {
                     .map(|e| e.1)
             });
         }
-        let holders: Vec<Holder> = g
-            .processes
-            .iter()
-            .map(|p| Holder {
-                workload: p.workload.clone(),
-                cpu_seconds: p.host_cpu_seconds,
-                driver_percent: p.driver_sm_percent,
-            })
-            .collect();
+        let holders: Vec<Holder> = g.processes.iter().map(Holder::from).collect();
         let result = busy_split::split(&holders, (b - a) as f64 / 1e6);
         g.busy = Some(GpuBusy {
             fraction,

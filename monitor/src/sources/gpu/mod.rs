@@ -7,8 +7,9 @@
 //!   device's used memory changed, or every few rounds (see [`ListReuse`]);
 //! - every series fetch (the sampler decides when), what costs milliseconds and keeps: the
 //!   device's utilisation series (`GetSamples`, ~2 ms, 14 s of history), GPM's SM activity
-//!   (~1.4 ms), and, only for GPUs that several workloads share, the driver's per-process split
-//!   (`GetProcessUtilization`, ~2 ms). A GPU held by one workload needs no per-process call.
+//!   (~1.4 ms), and, only for GPUs that several workloads share and whose split the sampler
+//!   cannot settle from CPU time, the driver's per-process split (`GetProcessUtilization`,
+//!   ~2 ms). A GPU held by one workload needs no per-process call.
 //!
 //! Static facts (UUID, name) are read once per device; list calls reuse their buffers.
 pub mod driver_list;
