@@ -87,18 +87,66 @@ impl Scraper {
 
 /// One `GET /metrics`; whether it was answered 200.
 fn scrape(address: &str) -> bool {
+    metrics(address).is_some()
+}
+
+/// One `GET /metrics`: the response, when answered 200.
+fn metrics(address: &str) -> Option<String> {
     use std::io::{Read, Write};
-    let Ok(mut conn) = std::net::TcpStream::connect(address) else {
-        return false;
-    };
+    let mut conn = std::net::TcpStream::connect(address).ok()?;
     let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
     let request = format!("GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
-    if conn.write_all(request.as_bytes()).is_err() {
-        return false;
-    }
+    conn.write_all(request.as_bytes()).ok()?;
     let mut response = Vec::new();
     let _ = conn.read_to_end(&mut response);
-    response.starts_with(b"HTTP/1.1 200")
+    response
+        .starts_with(b"HTTP/1.1 200")
+        .then(|| String::from_utf8_lossy(&response).into_owned())
+}
+
+/// The sampling thread's CPU seconds by step of a round (`gpuwatch_sampling_cpu_seconds_total`)
+/// as of the last published round, and that round's time.
+struct Steps {
+    seconds: std::collections::BTreeMap<String, f64>,
+    round_at: f64,
+}
+
+impl Steps {
+    fn read(address: &str) -> Option<Self> {
+        let text = metrics(address)?;
+        let mut seconds = std::collections::BTreeMap::new();
+        let mut round_at = None;
+        for line in text.lines() {
+            let value = || line.rsplit_once(' ')?.1.parse::<f64>().ok();
+            if let Some(rest) = line.strip_prefix("gpuwatch_sampling_cpu_seconds_total{") {
+                let step = rest.split('"').nth(1)?;
+                seconds.insert(step.to_owned(), value()?);
+            } else if line.starts_with("gpuwatch_last_collection_timestamp_seconds ") {
+                round_at = value();
+            }
+        }
+        Some(Self {
+            seconds,
+            round_at: round_at?,
+        })
+    }
+
+    /// ms of CPU per second by step between two readings, over the span between their rounds
+    /// (rounds are published in batches, when the series covers them).
+    fn rates(&self, later: &Self) -> Vec<(String, f64)> {
+        let span = later.round_at - self.round_at;
+        if span <= 0.0 {
+            return Vec::new();
+        }
+        later
+            .seconds
+            .iter()
+            .map(|(step, s)| {
+                let before = self.seconds.get(step).copied().unwrap_or(0.0);
+                (step.clone(), (s - before) * 1e3 / span)
+            })
+            .collect()
+    }
 }
 
 /// Whether a Docker daemon answers on the default socket (the user's default configuration
@@ -128,6 +176,8 @@ struct Measured {
     end_rss_mib: (f64, f64),
     /// (thread name, ms of CPU per second) of the threads that ran, busiest first.
     threads: Vec<(String, f64)>,
+    /// `serve`'s sampling thread by step of a round, ms of CPU per second.
+    steps: Vec<(String, f64)>,
 }
 
 /// On-CPU nanoseconds of each thread of `pid`, by thread id, with its name.
@@ -180,11 +230,20 @@ fn measure(
     let started = Instant::now();
     let scraper = scrape_every.map(|every| Scraper::start(args.listen.clone(), every));
     std::thread::sleep(Duration::from_secs(args.warmup));
+    // The agent's own step counters, read outside the window: the read is a scrape.
+    let steps_at_start = scrape_every.and_then(|_| Steps::read(&args.listen));
     let (c0, t0) = (thread_cpu_ns(pid), Instant::now());
     std::thread::sleep(Duration::from_secs(
         args.seconds.saturating_sub(args.warmup),
     ));
     let (c1, t1) = (thread_cpu_ns(pid), Instant::now());
+    let steps = match (
+        steps_at_start,
+        scrape_every.and_then(|_| Steps::read(&args.listen)),
+    ) {
+        (Some(a), Some(b)) => a.rates(&b),
+        _ => Vec::new(),
+    };
     let secs = (t1 - t0).as_secs_f64();
     // A thread that started in the window counts from 0.
     let mut threads: Vec<(String, f64)> = c1
@@ -226,6 +285,7 @@ fn measure(
         peak_rss_mib: rss as f64 / 1024.0,
         end_rss_mib,
         threads,
+        steps,
     })
 }
 
@@ -459,7 +519,21 @@ pub fn run(args: Args) -> Result<()> {
             .collect();
         println!("  {} / {}: {}", r.load, r.tool, top.join(", "));
     }
+    print_steps(&results);
     Ok(())
+}
+
+/// `serve`'s sampling thread by step, for the rows that have it.
+fn print_steps(rows: &[Measured]) {
+    println!("serve's sampling thread by step (ms CPU / s, between the published rounds):");
+    for r in rows.iter().filter(|r| !r.steps.is_empty()) {
+        let steps: Vec<String> = r
+            .steps
+            .iter()
+            .map(|(step, ms)| format!("{step} {ms:.3}"))
+            .collect();
+        println!("  {} / {}: {}", r.load, r.tool, steps.join(", "));
+    }
 }
 
 /// Each tool's cost at `--procs` processes in one cgroup and at `to` in eight, and the ratio.
@@ -503,5 +577,6 @@ fn growth(args: &Args, to: usize) -> Result<()> {
             );
         }
     }
+    print_steps(&rows);
     Ok(())
 }
