@@ -382,6 +382,68 @@ fn api_landing_page_and_expiry_of_exited_containers() {
     }
 }
 
+/// The window of the first round `serve` publishes that has one: the time since the round
+/// before, which the sampler measured.
+fn round_window(addr: &str) -> f64 {
+    let started = Instant::now();
+    loop {
+        let (_, body) = get(&format!("{addr}/api/v1/snapshot"));
+        let snap: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        if let Some(w) = snap["window_seconds"].as_f64() {
+            return w;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "{body}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn serve_samples_at_serve_interval_and_the_flag_beats_it() {
+    // `serve` has its own interval (5 s by default), not `interval` (1 s, the other commands'):
+    // an exporter is scraped every 15 s or more. The page reloads every round and says how
+    // often; a round's window says how long after the one before it was taken.
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.json");
+    std::fs::write(&scenario, br#"{"devices": [{"uuid": "GPU-interval"}]}"#).unwrap();
+    let refresh = |addr: &str| -> String {
+        let started = Instant::now();
+        loop {
+            let (status, body) = get(&format!("{addr}/"));
+            if status == 200 {
+                return body;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "{status}: {body}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let defaults = dir.path().join("defaults.yaml");
+    std::fs::write(&defaults, "sources:\n  nvml_series_interval: 1s\n").unwrap();
+    let (_agent, addr) = serve_configured(&defaults, &scenario, &[]);
+    let page = refresh(&addr);
+    assert!(
+        page.contains(r#"http-equiv="refresh" content="5""#),
+        "{page}"
+    );
+
+    let own = dir.path().join("own.yaml");
+    std::fs::write(
+        &own,
+        "interval: 3s\nserve_interval: 2s\nsources:\n  nvml_series_interval: 1s\n",
+    )
+    .unwrap();
+    let (_agent, addr) = serve_configured(&own, &scenario, &[]);
+    assert!(refresh(&addr).contains(r#"content="2""#));
+    let window = round_window(&addr);
+    assert!((window - 2.0).abs() < 0.3, "rounds {window} s apart");
+    let (_agent, addr) = serve_configured(&own, &scenario, &["--interval", "1s"]);
+    assert!(refresh(&addr).contains(r#"content="1""#));
+    let window = round_window(&addr);
+    assert!((window - 1.0).abs() < 0.3, "rounds {window} s apart");
+}
+
 #[test]
 fn promtool_accepts_and_unit_tests_the_shipped_rules() {
     let dir = deploy().join("prometheus");

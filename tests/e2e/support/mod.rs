@@ -393,7 +393,6 @@ impl Drop for Running {
 /// the fake NVML reading `scenario`, run through `prefix` (a command that ends by executing its
 /// arguments: `unshare …`, `setpriv …`) when not empty; returns it with the address it printed.
 pub fn serve_via(prefix: &[&str], scenario: &Path, extra: &[&str]) -> (Running, String) {
-    use std::io::{BufRead, BufReader};
     let mut cmd = match prefix.split_first() {
         Some((program, args)) => {
             let mut c = Command::new(program);
@@ -411,6 +410,22 @@ pub fn serve_via(prefix: &[&str], scenario: &Path, extra: &[&str]) -> (Running, 
         // waits up to 10 s for each published change.
         cmd.env("GPUWATCH_CONFIG", fast_series_config());
     }
+    start_serve(cmd, scenario, extra)
+}
+
+/// Starts `gpuwatch serve` on a free port with the configuration file `config` and nothing
+/// else setting its interval, the fake NVML reading `scenario`; returns it with its address.
+pub fn serve_configured(config: &Path, scenario: &Path, extra: &[&str]) -> (Running, String) {
+    let mut cmd = Command::new(gpuwatch_bin());
+    cmd.args(["serve", "--web.listen-address", "127.0.0.1:0", "-c"])
+        .arg(config);
+    start_serve(cmd, scenario, extra)
+}
+
+/// Runs `cmd` (a `serve` command line) with `extra` and the fake NVML reading `scenario`, until
+/// it says where it listens.
+fn start_serve(mut cmd: Command, scenario: &Path, extra: &[&str]) -> (Running, String) {
+    use std::io::{BufRead, BufReader};
     let mut child = cmd
         .args(extra)
         .env("GPUWATCH_NVML_LIB", fake_nvml_lib())
