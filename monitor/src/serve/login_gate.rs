@@ -393,6 +393,35 @@ mod tests {
     }
 
     #[test]
+    fn requests_dropped_while_they_wait_leave_the_lane() {
+        // A client that hangs up while its request waits in a locked key's lane gives its
+        // place up: else a few hang-ups would fill the lane and refuse the right password for
+        // good.
+        let gate = gate(Duration::from_millis(100));
+        let rt = runtime();
+        let peer: IpAddr = "127.0.0.1".parse().unwrap();
+        rt.block_on(async {
+            for _ in 0..MAX_FAILURES {
+                assert_eq!(
+                    gate.check(peer, header("alice", "guess")).await,
+                    Decision::Denied
+                );
+            }
+            for _ in 0..3 * (SLOW_LANE_QUEUE + 1) {
+                let hung_up = tokio::time::timeout(
+                    Duration::from_millis(20),
+                    gate.check(peer, header("alice", "guess")),
+                );
+                let _ = hung_up.await;
+            }
+            assert_eq!(
+                gate.check(peer, header("alice", "s3cret")).await,
+                Decision::Allowed
+            );
+        });
+    }
+
+    #[test]
     fn the_bcrypt_queue_is_bounded() {
         let gate = gate(Duration::from_millis(300));
         let rt = runtime();
