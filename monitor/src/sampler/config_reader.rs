@@ -161,13 +161,11 @@ fn memory(w: &Workload) -> MemoryLimit {
 
 /// `VmLck` + `VmPin` over the workload's GPU processes.
 fn locked_bytes(host: &HostReader, w: &Workload) -> u64 {
-    let pids: BTreeSet<u32> = w
-        .gpu
-        .per_gpu
+    w.gpu
+        .pids()
         .iter()
-        .flat_map(|s| s.pids.iter().copied())
-        .collect();
-    pids.iter().filter_map(|p| host.locked_bytes(*p)).sum()
+        .filter_map(|p| host.locked_bytes(*p))
+        .sum()
 }
 
 /// Each claim resolved against the host's GPUs; the applied ones' GPUs, each with whether the

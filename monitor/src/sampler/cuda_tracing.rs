@@ -21,7 +21,7 @@ use crate::units::duration;
 use monitor_common::cuda::cuda_stat;
 use monitor_common::{task_thread, CudaStats, TaskKey};
 use serde::Deserialize;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// The config file's `sources.cuda_tracing` section.
@@ -292,7 +292,7 @@ impl CudaTracing {
 
     /// The CUDA window of a workload whose GPU processes are `pids`, `None` until there is a
     /// previous round (or without probes).
-    pub fn window(&self, pids: &HashSet<u32>) -> Option<CudaWindow> {
+    pub fn window(&self, pids: &BTreeSet<u32>) -> Option<CudaWindow> {
         if self.probe.is_err() || pids.is_empty() {
             return None;
         }

@@ -410,13 +410,7 @@ impl Sampler {
             return;
         }
         for w in workloads.values_mut() {
-            let pids: HashSet<u32> = w
-                .gpu
-                .per_gpu
-                .iter()
-                .flat_map(|g| g.pids.iter().copied())
-                .collect();
-            w.cuda = self.cuda.window(&pids);
+            w.cuda = self.cuda.window(&w.gpu.pids());
         }
         self.cuda.end_round(&self.host_reader);
     }
