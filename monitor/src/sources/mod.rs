@@ -5,4 +5,5 @@ pub mod cuda_probe;
 pub mod docker;
 pub mod gpu;
 pub mod host;
+pub mod map_batch;
 pub mod stall_probe;

@@ -10,7 +10,8 @@ pub mod elf;
 pub mod library;
 
 use crate::caps;
-use aya::maps::{MapData, MapError, PerCpuArray, PerCpuHashMap};
+use crate::sources::map_batch::{possible_cpus, BatchError, BatchReader};
+use aya::maps::{IterableMap, MapData, MapError, PerCpuArray, PerCpuHashMap};
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope};
 use aya::programs::{ProgramError, UProbe};
 use aya::{Ebpf, EbpfError, EbpfLoader};
@@ -76,6 +77,11 @@ pub enum CudaProbeError {
         name: &'static str,
         source: MapError,
     },
+    #[error("map {name}: batch lookup: {source}")]
+    BatchLookup {
+        name: &'static str,
+        source: std::io::Error,
+    },
     #[error("{0} missing from the eBPF object")]
     Missing(&'static str),
     #[error("reading its symbols: {0}")]
@@ -124,6 +130,9 @@ pub fn entry_points(lib: &LibraryFile) -> Result<Vec<(u64, u64)>, CudaProbeError
 pub struct CudaProbe {
     ebpf: Ebpf,
     stats: PerCpuHashMap<MapData, TaskKey, CudaStats>,
+    /// Buffers for reading `stats` in batches; `None` where this kernel cannot (the keys are
+    /// walked then).
+    batch: Option<BatchReader<TaskKey, CudaStats>>,
     failures: PerCpuArray<MapData, u64>,
     /// Links per attached library, by (device, inode).
     attached: HashMap<(u64, u64), Vec<(&'static str, UProbeLinkId)>>,
@@ -167,6 +176,7 @@ impl CudaProbe {
                 name: "CUDA_STATS",
                 source,
             })?,
+            batch: possible_cpus().map(BatchReader::new),
             failures: PerCpuArray::try_from(failures).map_err(|source| CudaProbeError::Map {
                 name: "CUDA_PROBE_STATS",
                 source,
@@ -250,6 +260,28 @@ impl CudaProbe {
     /// Reads the cumulative counters, summed over CPUs, into `out` (cleared first).
     pub fn read(&mut self, out: &mut HashMap<TaskKey, CudaStats>) -> Result<(), CudaProbeError> {
         out.clear();
+        if let Some(reader) = self.batch.as_mut() {
+            let result = reader.read(self.stats.map(), |key, per_cpu| {
+                let mut total = CudaStats::default();
+                for v in per_cpu {
+                    add(&mut total, v);
+                }
+                out.insert(key, total);
+            });
+            match result {
+                Ok(()) => return Ok(()),
+                Err(BatchError::Unsupported) => {
+                    self.batch = None;
+                    out.clear();
+                }
+                Err(BatchError::Io(source)) => {
+                    return Err(CudaProbeError::BatchLookup {
+                        name: "CUDA_STATS",
+                        source,
+                    })
+                }
+            }
+        }
         for item in self.stats.iter() {
             match item {
                 Ok((key, per_cpu)) => {

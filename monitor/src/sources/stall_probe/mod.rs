@@ -6,7 +6,6 @@
 //! cumulative per-(cgroup, tgid) counters each round: thread-state times, read-syscall latency,
 //! disk-request latency. Parts whose tracepoints this kernel lacks are left out and named in
 //! [`StallProbe::missing`]; only the scheduler part is required.
-mod batch;
 mod io_links;
 pub mod kernel_btf;
 mod loader;
@@ -22,7 +21,7 @@ use aya::maps::{
 };
 use aya::programs::{ProgramError, TracePoint};
 use aya::{Ebpf, EbpfError, EbpfLoader, Pod};
-use batch::{BatchError, BatchReader};
+use crate::sources::map_batch::{self as batch, BatchError, BatchReader};
 use io_links::IoLinks;
 use kernel_btf::{BtfError, KernelBtf};
 use monitor_common::record_fields::slot;

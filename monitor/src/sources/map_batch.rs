@@ -2,8 +2,9 @@
 //! few hundred entries, where a key walk costs two per entry (next key, then lookup) and an
 //! allocation for each entry's per-CPU values.
 //!
-//! On the H200 host (16 CPUs) the key walk of the three task maps cost ~1.1 ms of CPU per
-//! round, as much as every NVML call of the round together. Kernels without the command (or
+//! On the H200 host (16 CPUs) the key walk of the stall probe's three task maps cost ~1.1 ms of
+//! CPU per round, as much as every NVML call of the round together; the CUDA probe's statistics
+//! map (two entries per process) is read the same way. Kernels without the command (or
 //! maps without it) answer EINVAL / ENOTSUPP, and the caller falls back to the walk.
 use aya::maps::MapData;
 use aya::Pod;
