@@ -15,13 +15,13 @@ pub mod tracefs;
 
 use crate::caps;
 use crate::model::IoTracing;
+use crate::sources::map_batch::{self as batch, BatchError, BatchReader};
 use aya::maps::{
     Array, HashMap as BpfHashMap, IterableMap, MapData, MapError, PerCpuArray, PerCpuHashMap,
     PerCpuValues,
 };
 use aya::programs::{ProgramError, TracePoint};
 use aya::{Ebpf, EbpfError, EbpfLoader, Pod};
-use crate::sources::map_batch::{self as batch, BatchError, BatchReader};
 use io_links::IoLinks;
 use kernel_btf::{BtfError, KernelBtf};
 use monitor_common::record_fields::slot;
