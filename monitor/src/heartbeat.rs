@@ -23,10 +23,17 @@ pub enum Step {
     NvmlReadings = 1,
     /// The series fetch: NVML's utilisation series, GPM and the per-process split.
     NvmlSeries = 2,
-    /// `/proc`, cgroup files and the probes' maps.
+    /// Listing and joining the workloads: the engine's cache, the cgroup tree, launch
+    /// environments, container configurations.
     HostReadings = 3,
     /// Completing and judging the rounds the series covers.
     Publishing = 4,
+    /// The GPU processes' `/proc` entries: attribution of new ones, state and CPU checks.
+    ProcessReadings = 5,
+    /// The workloads' cgroup counters: CPU, memory, pressure.
+    CgroupReadings = 6,
+    /// The stall and CUDA probes' maps.
+    ProbeReadings = 7,
 }
 
 impl Step {
@@ -35,7 +42,12 @@ impl Step {
     pub fn source(self) -> Option<&'static str> {
         match self {
             Step::NvmlReadings | Step::NvmlSeries => Some("nvml"),
-            Step::Idle | Step::HostReadings | Step::Publishing => None,
+            Step::Idle
+            | Step::HostReadings
+            | Step::Publishing
+            | Step::ProcessReadings
+            | Step::CgroupReadings
+            | Step::ProbeReadings => None,
         }
     }
 
@@ -45,6 +57,9 @@ impl Step {
             2 => Step::NvmlSeries,
             3 => Step::HostReadings,
             4 => Step::Publishing,
+            5 => Step::ProcessReadings,
+            6 => Step::CgroupReadings,
+            7 => Step::ProbeReadings,
             _ => Step::Idle,
         }
     }
@@ -56,8 +71,11 @@ impl fmt::Display for Step {
             Step::Idle => "idle",
             Step::NvmlReadings => "the GPU readings (NVML)",
             Step::NvmlSeries => "the GPU utilisation series and GPM (NVML)",
-            Step::HostReadings => "the /proc, cgroup and probe readings",
+            Step::HostReadings => "listing the workloads",
             Step::Publishing => "publishing the rounds",
+            Step::ProcessReadings => "the GPU processes' /proc readings",
+            Step::CgroupReadings => "the cgroup readings",
+            Step::ProbeReadings => "the probes' maps",
         })
     }
 }
@@ -78,7 +96,7 @@ pub struct Heartbeat {
     cpu_ns: [AtomicU64; STEPS],
 }
 
-const STEPS: usize = 5;
+const STEPS: usize = 8;
 
 impl Default for Heartbeat {
     fn default() -> Self {
@@ -163,6 +181,9 @@ impl Heartbeat {
             nvml_readings: s(Step::NvmlReadings),
             nvml_series: s(Step::NvmlSeries),
             host_readings: s(Step::HostReadings),
+            process_readings: s(Step::ProcessReadings),
+            cgroup_readings: s(Step::CgroupReadings),
+            probe_readings: s(Step::ProbeReadings),
             publishing: s(Step::Publishing),
             other: s(Step::Idle),
         }
@@ -239,13 +260,39 @@ mod tests {
         spin(60);
         h.enter(Step::HostReadings);
         spin(20);
+        h.enter(Step::CgroupReadings);
+        spin(40);
         h.round_ends();
         // Waiting between rounds costs nothing.
         std::thread::sleep(Duration::from_millis(50));
         let cpu = h.cpu();
         assert!((0.060..0.075).contains(&cpu.nvml_series), "{cpu:?}");
         assert!((0.020..0.030).contains(&cpu.host_readings), "{cpu:?}");
+        assert!((0.040..0.050).contains(&cpu.cgroup_readings), "{cpu:?}");
         assert!(cpu.other < 0.005 && cpu.nvml_readings == 0.0, "{cpu:?}");
+        assert!(
+            cpu.process_readings == 0.0 && cpu.probe_readings == 0.0,
+            "{cpu:?}"
+        );
+    }
+
+    /// The step a watchdog reads back is the one entered, for every step.
+    #[test]
+    fn every_step_reads_back_as_the_one_entered() {
+        let h = Heartbeat::default();
+        h.round_begins();
+        for step in [
+            Step::NvmlReadings,
+            Step::NvmlSeries,
+            Step::HostReadings,
+            Step::Publishing,
+            Step::ProcessReadings,
+            Step::CgroupReadings,
+            Step::ProbeReadings,
+        ] {
+            h.enter(step);
+            assert_eq!(h.running().map(|r| r.step), Some(step));
+        }
     }
 
     #[test]

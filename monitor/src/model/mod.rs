@@ -100,8 +100,15 @@ pub struct SamplingCpu {
     pub nvml_readings: f64,
     /// The series fetch: the utilisation series, GPM and the shared GPUs' split.
     pub nvml_series: f64,
-    /// `/proc`, cgroup files and the probes' maps, and joining them.
+    /// Listing and joining the workloads: the engine's cache, the cgroup tree, launch
+    /// environments, container configurations.
     pub host_readings: f64,
+    /// The GPU processes' `/proc` entries: attribution of new ones, state and CPU checks.
+    pub process_readings: f64,
+    /// The workloads' cgroup counters.
+    pub cgroup_readings: f64,
+    /// The stall and CUDA probes' maps.
+    pub probe_readings: f64,
     /// Completing the rounds the series covers.
     pub publishing: f64,
     /// The rest of the thread's work: judging, alerts and the outputs, between rounds.

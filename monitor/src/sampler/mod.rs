@@ -279,9 +279,10 @@ impl Sampler {
         let window_us = self.previous_at.map(|(_, a)| (a, now_us));
 
         let (readings, nvml_query_seconds) = self.gpu_side.readings();
-        self.heartbeat.enter(Step::HostReadings);
+        self.heartbeat.enter(Step::ProcessReadings);
         let (gpus, shared_gpus) = self.gpu_round(readings);
         let driver_split_gpus = driver_split_gpus(&gpus, &shared_gpus, window_us);
+        self.heartbeat.enter(Step::HostReadings);
         let docker_state = self.workload_list.docker_state();
         let window = window_seconds.filter(|w| *w > 0.0);
         let workloads = self.workload_round(&docker_state, &gpus, window, now_us / 1000);
@@ -381,15 +382,21 @@ impl Sampler {
             w.ranks = self.rank_envs.ranks(w, gpus);
         }
         self.rank_envs.end_round();
+        self.heartbeat.enter(Step::ProbeReadings);
         self.stalls.step_io(now_ms, &self.events);
+        self.heartbeat.enter(Step::CgroupReadings);
         self.counters
             .read(&mut workloads, &mut self.cgroups, window, &self.events);
+        self.heartbeat.enter(Step::ProbeReadings);
         let probe_ok = self.read_stall_windows(&mut workloads, window, &gpu_pids);
+        self.heartbeat.enter(Step::HostReadings);
         self.read_container_configs(&mut workloads, gpus, window);
+        self.heartbeat.enter(Step::ProbeReadings);
         if probe_ok {
             self.stalls.end_round(&self.host_reader);
         }
         self.read_cuda_windows(&mut workloads, gpus, window, now_ms);
+        self.heartbeat.enter(Step::HostReadings);
         self.cgroups.retain(|id| workloads.contains_key(id));
         workloads
     }

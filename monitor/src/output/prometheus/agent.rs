@@ -50,6 +50,9 @@ pub(super) fn encode(
             ("nvml_readings", cpu.nvml_readings),
             ("nvml_series", cpu.nvml_series),
             ("host_readings", cpu.host_readings),
+            ("process_readings", cpu.process_readings),
+            ("cgroup_readings", cpu.cgroup_readings),
+            ("probe_readings", cpu.probe_readings),
             ("publishing", cpu.publishing),
             ("other", cpu.other),
         ]
