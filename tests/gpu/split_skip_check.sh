@@ -2,8 +2,8 @@
 # Whether the driver's per-process split is asked on a shared GPU (root, repository root,
 # .device/gpuwatch carried): two cgroups of tests/gpu/torch_job.py workers share the GPU, every
 # worker busy on a CPU while its matmuls run; one `snapshot` then shows, per GPU process, its
-# host CPU over the window and the driver's figure (null when the driver was not asked), and
-# the split's method. Evidence to $OUT.
+# threads, its host CPU over the window and the driver's figure (null when the driver was not
+# asked), and the split's method. Evidence to $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpuwatch-split-skip}
 mkdir -p "$OUT"
@@ -18,13 +18,17 @@ for _ in $(seq 90); do
 done
 sleep 3
 .device/gpuwatch snapshot --json --no-docker --window 3s > "$OUT/snapshot.json" 2> "$OUT/snapshot.err"
-pkill -f torch_job.py
 python3 - "$OUT/snapshot.json" <<'EOF'
-import json, sys
+import json, os, sys
 snap = json.load(open(sys.argv[1]))
 for g in snap["gpus"]:
     print("GPU", g["index"], "split:", (g.get("busy") or {}).get("split"))
     for p in g["processes"]:
-        print("  pid", p["pid"], "workload", p.get("workload"),
+        try:
+            threads = len(os.listdir(f"/proc/{p['pid']}/task"))
+        except OSError:
+            threads = None
+        print("  pid", p["pid"], "workload", p.get("workload"), "threads", threads,
               "host_cpu_seconds", p.get("host_cpu_seconds"), "driver_sm_percent", p.get("driver_sm_percent"))
 EOF
+pkill -f torch_job.py

@@ -560,10 +560,14 @@ fn growth(args: &Args, to: usize) -> Result<()> {
          nvitop at 1 Hz",
         args.warmup, args.seconds
     );
+    println!(
+        "{:<32} {:<48} {:>13} {:>14} {:>20}",
+        "load", "tool", "steady ms/s", "peak RSS MiB", "end anon/file MiB"
+    );
     for r in &rows {
         println!(
-            "{:<32} {:<48} {:>8.3} ms/s {:>7.1} MiB",
-            r.load, r.tool, r.steady_ms_per_s, r.peak_rss_mib
+            "{:<32} {:<48} {:>13.3} {:>14.1} {:>13.1} / {:>4.1}",
+            r.load, r.tool, r.steady_ms_per_s, r.peak_rss_mib, r.end_rss_mib.0, r.end_rss_mib.1
         );
     }
     for tool in [serve_name, "nvitop API refresh"] {
