@@ -61,9 +61,13 @@ impl ProcessChecks {
         }
     }
 
-    /// One process's `stat` now, through the files the checks keep open (for a process the
-    /// round checks too, no second open).
+    /// One process's `stat` as of this round: the reading this round's check took (the
+    /// sampler checks the GPU processes before it reads the probes' windows), so a process is
+    /// read once a round; for one not checked this round, read now through the kept files.
     pub fn stat(&mut self, pid: u32) -> Option<ProcStat> {
+        if let Some(l) = self.last.get(&pid).filter(|l| l.round == self.round) {
+            return Some(l.stat);
+        }
         self.files.read(pid)
     }
 
@@ -179,6 +183,40 @@ mod tests {
         assert_eq!(c.files.kept(), 0);
         a.kill().unwrap();
         a.wait().unwrap();
+    }
+
+    #[test]
+    fn a_process_checked_this_round_is_not_read_again() {
+        let root = FakeProc::new();
+        for pid in [5, 6, 7] {
+            write_stat(&root, pid, 'S', 10);
+        }
+        let mut c = ProcessChecks::new(&HostReader::new(root.path()));
+        let state = |c: &mut ProcessChecks, pid| c.stat(pid).map(|s| s.state);
+        // Round 1 checks 5 and, in rotation, 6.
+        c.observe(&[5], &[6, 7]);
+        for pid in [5, 6, 7] {
+            write_stat(&root, pid, 'D', 10);
+        }
+        assert_eq!(
+            state(&mut c, 5),
+            Some('S'),
+            "this round's check, not a second read"
+        );
+        assert_eq!(
+            state(&mut c, 7),
+            Some('D'),
+            "not checked this round: read now"
+        );
+        // Round 2 checks 5 and 7; 6's reading is a round old.
+        c.observe(&[5], &[6, 7]);
+        write_stat(&root, 6, 'R', 10);
+        assert_eq!(
+            state(&mut c, 6),
+            Some('R'),
+            "checked last round, not this one: read now"
+        );
+        assert_eq!(state(&mut c, 5), Some('D'), "the next round's check");
     }
 
     #[test]
