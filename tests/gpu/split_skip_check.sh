@@ -3,17 +3,20 @@
 # .device/gpuwatch carried): two cgroups of tests/gpu/torch_job.py workers share the GPU, every
 # worker busy on a CPU while its matmuls run; one `snapshot` then shows, per GPU process, its
 # threads, its host CPU over the window and the driver's figure (null when the driver was not
-# asked), and the split's method. Evidence to $OUT.
+# asked), and the split's method. Evidence to $OUT. CGROUPS (2) cgroups of PROCS (2) workers
+# each: CGROUPS=8 PROCS=4 is the growth benchmark's larger load.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpuwatch-split-skip}
+CGROUPS=${CGROUPS:-2}
+PROCS=${PROCS:-2}
 mkdir -p "$OUT"
-for g in a b; do
+for g in $(seq "$CGROUPS"); do
   mkdir -p /sys/fs/cgroup/gpuwatch-split-$g
   ( echo $BASHPID > /sys/fs/cgroup/gpuwatch-split-$g/cgroup.procs
-    exec python3 tests/gpu/torch_job.py --procs 2 --seconds 60 --hold-gib 0.5 ) > "$OUT/job-$g.log" 2>&1 &
+    exec python3 tests/gpu/torch_job.py --procs "$PROCS" --seconds 60 --hold-gib 0.5 ) > "$OUT/job-$g.log" 2>&1 &
 done
 for _ in $(seq 90); do
-  [ "$(cat "$OUT"/job-*.log 2>/dev/null | grep -c "worker ready")" -ge 4 ] && break
+  [ "$(cat "$OUT"/job-*.log 2>/dev/null | grep -c "worker ready")" -ge $((CGROUPS * PROCS)) ] && break
   sleep 1
 done
 sleep 3
@@ -32,3 +35,4 @@ for g in snap["gpus"]:
               "host_cpu_seconds", p.get("host_cpu_seconds"), "driver_sm_percent", p.get("driver_sm_percent"))
 EOF
 pkill -f torch_job.py
+wait
