@@ -9,7 +9,8 @@
 //! nvitop's API refreshing every device's processes with their SM, CPU and memory figures at
 //! 1 Hz. `--also-interval 1s` adds `serve` sampling every second. Steady state is
 //! the on-CPU time of all the tool's threads (`/proc/<pid>/task/*/schedstat`) from `--warmup`
-//! seconds in to the end, per second (the window is printed); peak RSS is `VmHWM`. Two loads:
+//! seconds in to the end, per second (the window is printed; a whole number of the agent's 10-s
+//! series fetches, or the run is refused); peak RSS is `VmHWM`. Two loads:
 //! one workload holding the GPU (gpuwatch needs no per-process call), and two sharing it
 //! (gpuwatch fetches the driver's split).
 use anyhow::{bail, Context, Result};
@@ -19,8 +20,8 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Seconds each tool runs.
-    #[arg(long, default_value_t = 35)]
+    /// Seconds each tool runs; less `--warmup`, a whole number of series fetches.
+    #[arg(long, default_value_t = 30)]
     seconds: u64,
     /// Seconds of start-up left out of the steady state.
     #[arg(long, default_value_t = 10)]
@@ -415,7 +416,26 @@ fn nvitop_command(site: Option<&Path>) -> Command {
     c
 }
 
+/// How often the agent fetches the GPU series in its default configuration
+/// (`sources.nvml_series_interval`, `sampler::DEFAULT_SERIES_INTERVAL`).
+const SERIES_EVERY_SECONDS: u64 = 10;
+
+/// The steady window, when it holds a whole number of series fetches. A fetch costs ~4 ms of
+/// CPU in one burst (`GetSamples` and GPM), so a window of 14 s holds one or two of them as
+/// it falls and its total moves by ~0.3 ms/s between runs of the same load.
+fn steady_window(seconds: u64, warmup: u64) -> Result<u64> {
+    let window = seconds.saturating_sub(warmup);
+    if window == 0 || !window.is_multiple_of(SERIES_EVERY_SECONDS) {
+        bail!(
+            "--seconds less --warmup is {window} s: make it a multiple of {SERIES_EVERY_SECONDS} s, \
+             the agent's series interval, so every window holds the same number of fetches"
+        );
+    }
+    Ok(window)
+}
+
 pub fn run(args: Args) -> Result<()> {
+    steady_window(args.seconds, args.warmup)?;
     if let Some(to) = args.growth_to {
         return growth(&args, to);
     }
@@ -583,4 +603,19 @@ fn growth(args: &Args, to: usize) -> Result<()> {
     }
     print_steps(&rows);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_steady_window_holds_whole_series_fetches() {
+        assert_eq!(steady_window(30, 10).ok(), Some(20));
+        assert_eq!(steady_window(28, 8).ok(), Some(20));
+        for (seconds, warmup) in [(22, 8), (35, 10), (10, 10), (5, 10)] {
+            let e = steady_window(seconds, warmup).expect_err("a part window");
+            assert!(e.to_string().contains("multiple of 10 s"), "{e}");
+        }
+    }
 }
