@@ -529,8 +529,15 @@ pub fn run(args: Args) -> Result<()> {
             }
         }
     }
+    print_threads(&results);
+    print_steps(&results);
+    Ok(())
+}
+
+/// Each row's busiest threads, so a total's change can be put on the thread that made it.
+fn print_threads(rows: &[Measured]) {
     println!("per thread (ms CPU / s):");
-    for r in &results {
+    for r in rows {
         let top: Vec<String> = r
             .threads
             .iter()
@@ -539,8 +546,6 @@ pub fn run(args: Args) -> Result<()> {
             .collect();
         println!("  {} / {}: {}", r.load, r.tool, top.join(", "));
     }
-    print_steps(&results);
-    Ok(())
 }
 
 /// `serve`'s sampling thread by step, for the rows that have it.
@@ -601,6 +606,7 @@ fn growth(args: &Args, to: usize) -> Result<()> {
             );
         }
     }
+    print_threads(&rows);
     print_steps(&rows);
     Ok(())
 }
