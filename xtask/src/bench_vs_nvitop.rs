@@ -91,18 +91,63 @@ fn scrape(address: &str) -> bool {
     metrics(address).is_some()
 }
 
-/// One `GET /metrics`: the response, when answered 200.
+/// One `GET /metrics`: the body, when answered 200.
 fn metrics(address: &str) -> Option<String> {
+    get(address, "/metrics")
+}
+
+/// One `GET path` as HTTP/1.0, so that the body comes whole, not in chunks: the body, when
+/// answered 200.
+fn get(address: &str, path: &str) -> Option<String> {
     use std::io::{Read, Write};
     let mut conn = std::net::TcpStream::connect(address).ok()?;
     let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
-    let request = format!("GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n");
     conn.write_all(request.as_bytes()).ok()?;
     let mut response = Vec::new();
     let _ = conn.read_to_end(&mut response);
-    response
-        .starts_with(b"HTTP/1.1 200")
-        .then(|| String::from_utf8_lossy(&response).into_owned())
+    let text = String::from_utf8_lossy(&response);
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    (head.split_whitespace().nth(1) == Some("200")).then(|| body.to_owned())
+}
+
+/// What `serve` had switched on at the end of a window, from its snapshot: the evidence a
+/// round gathers (and pays for) depends on what the load looks like, so a row's cost is read
+/// beside it. `None` when the snapshot is not answered.
+fn evidence(address: &str) -> Option<String> {
+    let snap: serde_json::Value = serde_json::from_str(&get(address, "/api/v1/snapshot")?).ok()?;
+    evidence_of(&snap)
+}
+
+/// [`evidence`] from a snapshot's JSON.
+fn evidence_of(snap: &serde_json::Value) -> Option<String> {
+    let on_off = |attached: bool| if attached { "on" } else { "off" };
+    let cuda = &snap["cuda_tracing"];
+    let reads = &snap["probes"]["io_tracing"];
+    let splits: Vec<String> = snap["gpus"]
+        .as_array()?
+        .iter()
+        .map(|g| {
+            let asked = g["processes"].as_array().map_or(0, |ps| {
+                ps.iter()
+                    .filter(|p| !p["driver_sm_percent"].is_null())
+                    .count()
+            });
+            format!(
+                "GPU {} split {} (driver figures for {asked} processes)",
+                g["index"],
+                g["busy"]["split"].as_str().unwrap_or("none"),
+            )
+        })
+        .collect();
+    Some(format!(
+        "CUDA tracing {} ({}), read tracing {} ({}); {}",
+        on_off(cuda["attached"].as_bool() == Some(true)),
+        cuda["reason"].as_str().unwrap_or("not wanted"),
+        reads["state"].as_str().unwrap_or("?"),
+        reads["reason"].as_str().unwrap_or("not wanted"),
+        splits.join("; ")
+    ))
 }
 
 /// The sampling thread's CPU seconds by step of a round (`gpuwatch_sampling_cpu_seconds_total`)
@@ -179,6 +224,8 @@ struct Measured {
     threads: Vec<(String, f64)>,
     /// `serve`'s sampling thread by step of a round, ms of CPU per second.
     steps: Vec<(String, f64)>,
+    /// `serve`'s tracing and split at the end of the window ([`evidence`]).
+    evidence: Option<String>,
 }
 
 /// On-CPU nanoseconds of each thread of `pid`, by thread id, with its name.
@@ -245,6 +292,7 @@ fn measure(
         (Some(a), Some(b)) => a.rates(&b),
         _ => Vec::new(),
     };
+    let evidence = scrape_every.and_then(|_| evidence(&args.listen));
     let secs = (t1 - t0).as_secs_f64();
     // A thread that started in the window counts from 0.
     let mut threads: Vec<(String, f64)> = c1
@@ -287,6 +335,7 @@ fn measure(
         end_rss_mib,
         threads,
         steps,
+        evidence,
     })
 }
 
@@ -559,6 +608,12 @@ fn print_steps(rows: &[Measured]) {
             .collect();
         println!("  {} / {}: {}", r.load, r.tool, steps.join(", "));
     }
+    println!("serve's evidence at the end of the window:");
+    for r in rows {
+        if let Some(e) = &r.evidence {
+            println!("  {} / {}: {e}", r.load, r.tool);
+        }
+    }
 }
 
 /// Each tool's cost at `--procs` processes in one cgroup and at `to` in eight, and the ratio.
@@ -614,6 +669,35 @@ fn growth(args: &Args, to: usize) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn evidence_says_what_the_round_switched_on() {
+        let snap = serde_json::json!({
+            "cuda_tracing": {"attached": true, "reason": "GPU 0 idle 60 % while busy"},
+            "probes": {"io_tracing": {"state": "off", "reason": null}},
+            "gpus": [{"index": 0, "busy": {"split": "process_samples"},
+                      "processes": [{"driver_sm_percent": 12}, {"driver_sm_percent": null}]}]
+        });
+        assert_eq!(
+            evidence_of(&snap).as_deref(),
+            Some(
+                "CUDA tracing on (GPU 0 idle 60 % while busy), read tracing off (not wanted); \
+                 GPU 0 split process_samples (driver figures for 1 processes)"
+            )
+        );
+        let quiet = serde_json::json!({
+            "cuda_tracing": {"attached": false, "reason": null},
+            "probes": {"io_tracing": {"state": "on", "reason": "loader reads"}},
+            "gpus": [{"index": 1, "busy": null, "processes": []}]
+        });
+        assert_eq!(
+            evidence_of(&quiet).as_deref(),
+            Some(
+                "CUDA tracing off (not wanted), read tracing on (loader reads); \
+                 GPU 1 split none (driver figures for 0 processes)"
+            )
+        );
+    }
 
     #[test]
     fn the_steady_window_holds_whole_series_fetches() {
