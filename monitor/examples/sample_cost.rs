@@ -104,6 +104,15 @@ fn main() -> anyhow::Result<()> {
             .map_or(0, |d| d.as_millis() as u64);
         gpu.fetch(now_ms, &[]);
     });
+    // The same with the driver's per-process split asked for every GPU, as on a shared GPU
+    // whose holders' CPU time cannot settle the split.
+    let all: Vec<u32> = (0..gpu.device_count() as u32).collect();
+    let mut fetch_split = measure(rounds.min(8), Duration::from_secs(2), || {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        gpu.fetch(now_ms, &all);
+    });
     let devices = gpu.device_count();
     drop(gpu);
 
@@ -131,6 +140,7 @@ fn main() -> anyhow::Result<()> {
     );
     println!("{}", gpu_only.row("NVML queries only"));
     println!("{}", fetch.row("series fetch (+GPM)"));
+    println!("{}", fetch_split.row("series fetch (+GPM, split)"));
     println!("{}", full.row("full round (+attribution)"));
     Ok(())
 }
