@@ -37,19 +37,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use xid::XidWatch;
 
-/// Gives the C heap's free pages back to the kernel once NVML is open. In a Python process on an
-/// H100 (driver 580.159.04) anonymous memory rose 14.7 MiB over `nvmlInit` and a round's calls,
-/// and `malloc_trim(0)` then returned 9.9 MiB of it (`tests/gpu/nvml_memory.py`). In the agent
-/// it does not: on an H200 (same driver) the 13.3 MiB mapping `nvmlInit` makes stayed resident
-/// whole with this trim (docs/performance.md, Memory). A no-op beside other C libraries.
-fn release_freed_heap() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim takes no pointers; it only walks the allocator's own free lists.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
 /// Configuration of the GPU source.
 #[derive(Clone, Debug)]
 pub struct GpuSourceConfig {
@@ -269,7 +256,6 @@ impl GpuSource {
             });
         }
         let xid = open_xid_watch(&nvml, &mut devices, &events);
-        release_freed_heap();
         Ok(Self {
             nvml,
             devices,
