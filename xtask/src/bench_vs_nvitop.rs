@@ -114,15 +114,27 @@ fn get(address: &str, path: &str) -> Option<String> {
 /// What `serve` had switched on at the end of a window, from its snapshot: the evidence a
 /// round gathers (and pays for) depends on what the load looks like, so a row's cost is read
 /// beside it. `None` when the snapshot is not answered.
-fn evidence(address: &str) -> Option<String> {
+/// A switch thrown inside the window (`window_from_ms`, Unix ms) put its one-time cost there
+/// (attaching the CUDA probes to every process mapping the library), so the row says when.
+fn evidence(address: &str, window_from_ms: u64) -> Option<String> {
     let snap: serde_json::Value = serde_json::from_str(&get(address, "/api/v1/snapshot")?).ok()?;
-    evidence_of(&snap)
+    evidence_of(&snap, window_from_ms)
 }
 
 /// [`evidence`] from a snapshot's JSON.
-fn evidence_of(snap: &serde_json::Value) -> Option<String> {
-    let on_off = |attached: bool| if attached { "on" } else { "off" };
+fn evidence_of(snap: &serde_json::Value, window_from_ms: u64) -> Option<String> {
     let cuda = &snap["cuda_tracing"];
+    let cuda_on = match (
+        cuda["attached"].as_bool(),
+        cuda["on_since_unix_ms"].as_u64(),
+    ) {
+        (Some(true), Some(since)) if since >= window_from_ms => format!(
+            "on {:.1} s into the window",
+            (since - window_from_ms) as f64 / 1e3
+        ),
+        (Some(true), _) => "on before the window".to_owned(),
+        _ => "off".to_owned(),
+    };
     let reads = &snap["probes"]["io_tracing"];
     let splits: Vec<String> = snap["gpus"]
         .as_array()?
@@ -141,8 +153,7 @@ fn evidence_of(snap: &serde_json::Value) -> Option<String> {
         })
         .collect();
     Some(format!(
-        "CUDA tracing {} ({}), read tracing {} ({}); {}",
-        on_off(cuda["attached"].as_bool() == Some(true)),
+        "CUDA tracing {cuda_on} ({}), read tracing {} ({}); {}",
         cuda["reason"].as_str().unwrap_or("not wanted"),
         reads["state"].as_str().unwrap_or("?"),
         reads["reason"].as_str().unwrap_or("not wanted"),
@@ -281,6 +292,9 @@ fn measure(
     // The agent's own step counters, read outside the window: the read is a scrape.
     let steps_at_start = scrape_every.and_then(|_| Steps::read(&args.listen));
     let (c0, t0) = (thread_cpu_ns(pid), Instant::now());
+    let window_from_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
     std::thread::sleep(Duration::from_secs(
         args.seconds.saturating_sub(args.warmup),
     ));
@@ -292,7 +306,7 @@ fn measure(
         (Some(a), Some(b)) => a.rates(&b),
         _ => Vec::new(),
     };
-    let evidence = scrape_every.and_then(|_| evidence(&args.listen));
+    let evidence = scrape_every.and_then(|_| evidence(&args.listen, window_from_ms));
     let secs = (t1 - t0).as_secs_f64();
     // A thread that started in the window counts from 0.
     let mut threads: Vec<(String, f64)> = c1
@@ -673,25 +687,30 @@ mod tests {
     #[test]
     fn evidence_says_what_the_round_switched_on() {
         let snap = serde_json::json!({
-            "cuda_tracing": {"attached": true, "reason": "GPU 0 idle 60 % while busy"},
+            "cuda_tracing": {"attached": true, "on_since_unix_ms": 1_004_200_u64,
+                             "reason": "GPU 0 idle 60 % while busy"},
             "probes": {"io_tracing": {"state": "off", "reason": null}},
             "gpus": [{"index": 0, "busy": {"split": "process_samples"},
                       "processes": [{"driver_sm_percent": 12}, {"driver_sm_percent": null}]}]
         });
         assert_eq!(
-            evidence_of(&snap).as_deref(),
+            evidence_of(&snap, 1_000_000).as_deref(),
             Some(
-                "CUDA tracing on (GPU 0 idle 60 % while busy), read tracing off (not wanted); \
+                "CUDA tracing on 4.2 s into the window (GPU 0 idle 60 % while busy), read tracing off (not wanted); \
                  GPU 0 split process_samples (driver figures for 1 processes)"
             )
         );
+        let mut early = snap.clone();
+        early["cuda_tracing"]["on_since_unix_ms"] = serde_json::json!(999_000_u64);
+        assert!(evidence_of(&early, 1_000_000)
+            .is_some_and(|e| e.starts_with("CUDA tracing on before the window (")));
         let quiet = serde_json::json!({
-            "cuda_tracing": {"attached": false, "reason": null},
+            "cuda_tracing": {"attached": false, "on_since_unix_ms": 900_000_u64, "reason": null},
             "probes": {"io_tracing": {"state": "on", "reason": "loader reads"}},
             "gpus": [{"index": 1, "busy": null, "processes": []}]
         });
         assert_eq!(
-            evidence_of(&quiet).as_deref(),
+            evidence_of(&quiet, 1_000_000).as_deref(),
             Some(
                 "CUDA tracing off (not wanted), read tracing on (loader reads); \
                  GPU 1 split none (driver figures for 0 processes)"
