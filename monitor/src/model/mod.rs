@@ -556,6 +556,25 @@ impl WorkloadGpu {
             .flat_map(|s| s.pids.iter().copied())
             .collect()
     }
+
+    /// The share of the window its GPUs sat idle, every holder's kernels counted as busy (the
+    /// mean over its GPUs): the time its own work could have had. On a GPU it holds alone this
+    /// is one minus its busy share; on a GPU others keep busy it is small however little the
+    /// workload ran (that wait is contention). Its own share stands in where no GPU's own busy
+    /// share is known.
+    pub fn idle_fraction(&self) -> Option<f64> {
+        let device: Vec<f64> = self
+            .per_gpu
+            .iter()
+            .filter_map(|s| s.device_busy_fraction)
+            .collect();
+        let busy = if device.is_empty() {
+            self.busy_fraction?
+        } else {
+            device.iter().sum::<f64>() / device.len() as f64
+        };
+        Some((1.0 - busy).max(0.0))
+    }
 }
 
 /// Host CPU time of a workload's GPU processes over a window.

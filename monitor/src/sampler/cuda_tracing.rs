@@ -455,7 +455,7 @@ fn needs_evidence(snap: &Snapshot, c: &CudaTracingConfig) -> Option<String> {
     let window = snap.window_seconds.filter(|w| *w > 0.0)?;
     snap.workloads
         .iter()
-        .find_map(|w| needs(w, w.gpu.busy_fraction?, window, c))
+        .find_map(|w| needs(w, 1.0 - w.gpu.idle_fraction()?, window, c))
 }
 
 /// The same of a round as it is taken, before its GPU series: the instantaneous utilisation
@@ -536,6 +536,28 @@ mod tests {
             why.contains("GPU idle 80% while its training loop is busy 97%"),
             "{why}"
         );
+    }
+
+    #[test]
+    fn a_gpu_kept_busy_by_other_holders_is_not_idle() {
+        use crate::model::WorkloadGpuShare;
+        let c = CudaTracingConfig::default();
+        // Its own share 12 % of a GPU all holders kept busy `device` of the window.
+        let shared = |device: f64| {
+            let mut snap = round(0.12, 0.9);
+            let mut share = WorkloadGpuShare::new(0, None);
+            share.busy_fraction = Some(0.12);
+            share.device_busy_fraction = Some(device);
+            snap.workloads[0].gpu.per_gpu = vec![share];
+            snap
+        };
+        // Busy 95 % with the others' kernels: the wait is contention, not the loop's.
+        assert!(needs_evidence(&shared(0.95), &c).is_none());
+        // The GPU's own idle time at the threshold (0.25) and a hair under it.
+        assert!(needs_evidence(&shared(0.75), &c).is_some());
+        assert!(needs_evidence(&shared(0.76), &c).is_none());
+        let why = needs_evidence(&shared(0.4), &c).unwrap();
+        assert!(why.contains("GPU idle 60%"), "{why}");
     }
 
     #[test]

@@ -91,7 +91,9 @@ impl IoDemand {
 fn needs_evidence(snap: &Snapshot, c: &IoTracingConfig) -> Option<String> {
     let window = snap.window_seconds.filter(|w| *w > 0.0)?;
     snap.workloads.iter().filter(|w| !w.exited).find_map(|w| {
-        let idle = 1.0 - w.gpu.busy_fraction?;
+        // The GPU's own idle time: a wait behind other holders' kernels is contention, which
+        // the read evidence cannot explain.
+        let idle = w.gpu.idle_fraction()?;
         // Summed over its processes: a loader may fork short-lived readers.
         let worked: f64 = w
             .stalls
@@ -165,6 +167,34 @@ mod tests {
         assert!(d.wanted(t0 + Duration::from_secs(5)), "within the linger");
         assert!(!d.wanted(t0 + Duration::from_secs(6)), "the linger is over");
         assert!(d.reason().is_none());
+    }
+
+    /// `round` with the workload's own share `own` of a GPU that all its holders kept busy
+    /// `device` of the window.
+    fn shared_round(own: f64, device: f64) -> Snapshot {
+        let mut s = round(own, 0.6);
+        let mut share = crate::model::WorkloadGpuShare::new(0, None);
+        share.busy_fraction = Some(own);
+        share.device_busy_fraction = Some(device);
+        s.workloads[0].gpu.per_gpu = vec![share];
+        s
+    }
+
+    #[test]
+    fn a_gpu_kept_busy_by_other_holders_is_not_idle() {
+        let t = Instant::now();
+        let wanted = |s: &Snapshot| {
+            let mut d = IoDemand::new(IoTracingConfig::default());
+            d.observe(s, t);
+            d.wanted(t)
+        };
+        // Its own share is 12 %, but the GPU was busy 95 % of the window: contention.
+        assert!(!wanted(&shared_round(0.12, 0.95)));
+        // At the threshold: idle 25 % of the window (idle_share 0.25) wants the evidence.
+        assert!(wanted(&shared_round(0.12, 0.75)));
+        assert!(!wanted(&shared_round(0.12, 0.76)));
+        // The GPU idle 60 % of the window while its processes worked: the reads may say why.
+        assert!(wanted(&shared_round(0.12, 0.4)));
     }
 
     #[test]
