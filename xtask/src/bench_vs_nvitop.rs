@@ -11,8 +11,9 @@
 //! the on-CPU time of all the tool's threads (`/proc/<pid>/task/*/schedstat`) from `--warmup`
 //! seconds in to the end, per second (the window is printed; a whole number of the agent's 10-s
 //! series fetches, or the run is refused); peak RSS is `VmHWM`. Two loads:
-//! one workload holding the GPU (gpuwatch needs no per-process call), and two sharing it
-//! (gpuwatch fetches the driver's split).
+//! one workload holding the GPU, and two sharing it. What a round gathers depends on the load
+//! (adaptive read and CUDA tracing, the driver's per-process split on a shared GPU), so each
+//! `serve` row is printed with what it had switched on at the end of its window, and when.
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
