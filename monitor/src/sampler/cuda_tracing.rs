@@ -436,9 +436,9 @@ fn loop_busy(w: &Workload, window: f64) -> Option<f64> {
     (!mains.is_empty()).then(|| mains.iter().sum::<f64>() / mains.len() as f64)
 }
 
-/// Why a workload whose GPU is `busy` needs the evidence, in words, or `None`.
-fn needs(w: &Workload, busy: f64, window: f64, c: &CudaTracingConfig) -> Option<String> {
-    let idle = 1.0 - busy;
+/// Why a workload whose GPU sat `idle` (share of the window) needs the evidence, in words, or
+/// `None`.
+fn needs(w: &Workload, idle: f64, window: f64, c: &CudaTracingConfig) -> Option<String> {
     let loop_busy = loop_busy(w, window)?;
     (!w.exited && idle >= c.idle_share && loop_busy >= c.active_share).then(|| {
         format!(
@@ -455,7 +455,7 @@ fn needs_evidence(snap: &Snapshot, c: &CudaTracingConfig) -> Option<String> {
     let window = snap.window_seconds.filter(|w| *w > 0.0)?;
     snap.workloads
         .iter()
-        .find_map(|w| needs(w, 1.0 - w.gpu.idle_fraction()?, window, c))
+        .find_map(|w| needs(w, w.gpu.idle_fraction()?, window, c))
 }
 
 /// The same of a round as it is taken, before its GPU series: the instantaneous utilisation
@@ -486,7 +486,7 @@ fn needs_evidence_now<'a>(
             return None;
         }
         let busy = readings.iter().sum::<f64>() / readings.len() as f64;
-        needs(w, busy, window, c)
+        needs(w, 1.0 - busy, window, c)
     })
 }
 
