@@ -23,11 +23,13 @@ use support::*;
 /// The trainer "computes" by spinning in a shell loop (builtins only: no process per batch, and
 /// the main thread stays on its CPU), calibrated at start against `/proc/uptime` (centiseconds)
 /// to COMPUTE_CS centiseconds per batch.
-const TRAINER: &str = "exec 3< /tmp/q; \
-    read up _ < /proc/uptime; c0=${up%.*}${up#*.}; \
+/// Sets `per` to the shell loop's iterations in a centisecond on this machine, now.
+const CALIBRATE: &str = "read up _ < /proc/uptime; c0=${up%.*}${up#*.}; \
     i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; \
-    read up _ < /proc/uptime; c1=${up%.*}${up#*.}; per=$((100000 / (c1 - c0 + 1))); \
-    while read -r _ <&3; do echo 95 > /state/sm; n=$((per * COMPUTE_CS)); \
+    read up _ < /proc/uptime; c1=${up%.*}${up#*.}; per=$((100000 / (c1 - c0 + 1)));";
+
+/// Reads an item from the loader, then "computes" COMPUTE_CS centiseconds with the GPU busy.
+const TRAINER_LOOP: &str = "while read -r _ <&3; do echo 95 > /state/sm; n=$((per * COMPUTE_CS)); \
     i=0; while [ $i -lt $n ]; do i=$((i+1)); done; echo 0 > /state/sm; done";
 
 /// Held by the tests whose figures depend on having the CPUs to themselves (calibrated busy
@@ -42,8 +44,17 @@ fn cpu_timed() -> std::sync::MutexGuard<'static, ()> {
 
 fn script(loader: &str, compute_cs: u32) -> String {
     format!(
-        "mkfifo /tmp/q; ( {loader} ) > /tmp/q & {}",
-        TRAINER.replace("COMPUTE_CS", &compute_cs.to_string())
+        "mkfifo /tmp/q; ( {loader} ) > /tmp/q & exec 3< /tmp/q; {CALIBRATE} {}",
+        TRAINER_LOOP.replace("COMPUTE_CS", &compute_cs.to_string())
+    )
+}
+
+/// A loader that spins `cs` centiseconds of this machine's CPU for each item: its pace against
+/// the trainer's does not depend on how fast the machine runs the shell.
+fn spinning_loader(cs: u32) -> String {
+    format!(
+        "{CALIBRATE} n=$((per * {cs})); \
+         while :; do i=0; while [ $i -lt $n ]; do i=$((i+1)); done; echo b; done"
     )
 }
 
@@ -243,10 +254,8 @@ fn without_ebpf_a_loader_busy_on_free_cores_is_told_from_cpu_times() {
         &unique("free-cores"),
         &[],
         &["-v", &format!("{}:/state", state.path().display())],
-        &script(
-            "while :; do i=0; while [ $i -lt 16000 ]; do i=$((i+1)); done; echo b; done",
-            1,
-        ),
+        // 4 cs of loading for each 1 cs of computing: the GPU idles about three quarters.
+        &script(&spinning_loader(4), 1),
     );
     std::thread::sleep(std::time::Duration::from_secs(2));
     let scenario = json!({"devices": [{"uuid": "GPU-free", "processes": [
