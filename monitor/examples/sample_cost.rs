@@ -25,6 +25,13 @@ fn thread_cpu() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
+/// Now, in Unix milliseconds (0 before the epoch), as the sampler stamps a fetch.
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 struct Stats {
     cpu_ms: Vec<f64>,
     wall_ms: Vec<f64>,
@@ -99,19 +106,13 @@ fn main() -> anyhow::Result<()> {
     // The series fetch alone (GetSamples and GPM per GPU), every 2 s: its cost is the same
     // whatever the number of samples it returns.
     let mut fetch = measure(rounds.min(8), Duration::from_secs(2), || {
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        gpu.fetch(now_ms, &[]);
+        gpu.fetch(unix_ms(), &[]);
     });
     // The same with the driver's per-process split asked for every GPU, as on a shared GPU
     // whose holders' CPU time cannot settle the split.
     let all: Vec<u32> = (0..gpu.device_count() as u32).collect();
     let mut fetch_split = measure(rounds.min(8), Duration::from_secs(2), || {
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        gpu.fetch(now_ms, &all);
+        gpu.fetch(unix_ms(), &all);
     });
     let devices = gpu.device_count();
     drop(gpu);
