@@ -17,15 +17,24 @@ pub struct FakeAgent {
 impl FakeAgent {
     /// Starts `serve` on `listen` every `interval` over `scenario`; returns once it listens.
     pub fn start(scenario: &Path, listen: &str, interval: &str) -> Result<Self> {
+        let binary = workspace_root().join("target/release/gpuwatch");
+        Self::start_binary(&binary, scenario, listen, Some(interval))
+    }
+
+    /// Starts `serve` from `binary`, at `interval` or its default.
+    pub fn start_binary(
+        binary: &Path,
+        scenario: &Path,
+        listen: &str,
+        interval: Option<&str>,
+    ) -> Result<Self> {
         let root = workspace_root();
-        let mut child = Command::new(root.join("target/release/gpuwatch"))
-            .args([
-                "serve",
-                "--web.listen-address",
-                listen,
-                "--interval",
-                interval,
-            ])
+        let mut command = Command::new(binary);
+        command.args(["serve", "--web.listen-address", listen]);
+        if let Some(interval) = interval {
+            command.args(["--interval", interval]);
+        }
+        let mut child = command
             .env(
                 "GPUWATCH_NVML_LIB",
                 root.join("target/release/libnvidia_ml_fake.so"),

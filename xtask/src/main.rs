@@ -10,6 +10,7 @@ mod fuzz;
 mod glibc_tools;
 mod gpu_bundle;
 mod helm_tool;
+mod hot_code;
 mod image;
 mod release;
 mod setup;
@@ -87,6 +88,9 @@ enum Task {
     /// Three jobs on three fake GPUs on this machine's Docker engine, shown by `gpuwatch
     /// serve` at http://127.0.0.1:9879/ with their verdicts and advice (root, dockerd).
     Demo(demo::Args),
+    /// Write monitor/hot-code.txt, the functions `serve` runs, which release builds link
+    /// together so that fewer of the binary's pages are resident (root, dockerd, a minute).
+    HotCode,
     /// Set up, build the release binary and run it with these arguments (default: `snapshot`).
     Run {
         #[arg(last = true)]
@@ -157,6 +161,10 @@ fn main() -> Result<()> {
         Task::Soak(args) => {
             setup::run(Purpose::Test)?;
             soak::run(&args)
+        }
+        Task::HotCode => {
+            setup::run(Purpose::Test)?;
+            hot_code::run()
         }
         Task::Demo(args) => {
             setup::run(Purpose::Run)?;
