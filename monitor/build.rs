@@ -1,5 +1,8 @@
 //! Builds the kernel programs (`monitor-ebpf`, target bpfel-unknown-none, nightly + bpf-linker)
 //! and leaves the object in OUT_DIR, where `sources::sched_probe` embeds it.
+#[path = "build/hot_code.rs"]
+mod hot_code;
+
 fn main() -> anyhow::Result<()> {
     // The revision, for `--version` and `gpuwatch_build_info`.
     let revision = std::process::Command::new("git")
@@ -30,6 +33,7 @@ fn main() -> anyhow::Result<()> {
             concat!(env!("CARGO_MANIFEST_DIR"), "/../.git/refs/heads")
         );
     }
+    link_hot_code_first()?;
     let package = aya_build::Package {
         name: "monitor-ebpf",
         root_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/../monitor-ebpf"),
@@ -48,6 +52,34 @@ fn main() -> anyhow::Result<()> {
         .map(|c| c.trim_matches('"').to_owned())
         .ok_or_else(|| anyhow::anyhow!("{pin}: no channel"))?;
     aya_build::build_ebpf([package], aya_build::Toolchain::Custom(&channel))
+}
+
+/// Release builds link the functions `serve` runs (hot-code.txt, made by `cargo xtask
+/// hot-code`) together, ahead of the rest of the code: the kernel maps an installed binary's
+/// pages 64 KiB around each fault, so run code spread through the binary makes most of it
+/// resident. A linker script placed before `.text` (`INSERT`, so the default layout stays)
+/// gathers their sections; names the build does not have match nothing.
+fn link_hot_code_first() -> anyhow::Result<()> {
+    let list = concat!(env!("CARGO_MANIFEST_DIR"), "/hot-code.txt");
+    println!("cargo:rerun-if-changed={list}");
+    let release = std::env::var("PROFILE").as_deref() == Ok("release");
+    let linux = std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux");
+    if !release || !linux {
+        return Ok(());
+    }
+    let text = match std::fs::read_to_string(list) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => anyhow::bail!("{list}: {e}"),
+    };
+    let script = hot_code::script(&text).map_err(|e| anyhow::anyhow!("{list}:{e}"))?;
+    let Some(script) = script else {
+        return Ok(());
+    };
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("hot-code.ld");
+    std::fs::write(&out, script)?;
+    println!("cargo:rustc-link-arg-bins=-Wl,-T,{}", out.display());
+    Ok(())
 }
 
 /// `YYYY-MM-DD` of a Unix time (UTC), by Howard Hinnant's days-from-civil inverse.
