@@ -80,12 +80,11 @@ pub fn run() -> Result<()> {
         std::fs::remove_dir_all(&stage)?;
     }
     std::fs::create_dir_all(&stage)?;
+    let built = root.join("target").join(&triple).join("release/gpuwatch");
+    say(&crate::hot_code::check_linked(&built)?);
     let binary = stage.join("gpuwatch");
     run_cmd(
-        Command::new("strip")
-            .arg("-o")
-            .arg(&binary)
-            .arg(root.join("target").join(&triple).join("release/gpuwatch")),
+        Command::new("strip").arg("-o").arg(&binary).arg(&built),
         "strip gpuwatch",
     )?;
     for (from, to) in FILES {
