@@ -63,18 +63,20 @@ pub fn run_bundle() -> Result<()> {
     let root = workspace_root();
     let out = root.join(".device");
     std::fs::create_dir_all(&out)?;
+    // The agent alone first, as `cargo xtask release` builds it: built with the examples, its
+    // dependencies would take the examples' features too, and the code would differ.
+    cargo(&["build", "--release", "-p", "gpuwatch", "--bins"])?;
+    strip_to(&root.join("target/release/gpuwatch"), &out.join("gpuwatch"))?;
     cargo(&[
         "build",
         "--release",
         "-p",
         "gpuwatch",
-        "--bins",
         "--example",
         "sample_cost",
         "--example",
         "probe_cost",
     ])?;
-    strip_to(&root.join("target/release/gpuwatch"), &out.join("gpuwatch"))?;
     strip_to(
         &root.join("target/release/examples/sample_cost"),
         &out.join("sample_cost"),
