@@ -3,9 +3,13 @@
 resident anonymous and file-backed memory after each step, whether libcuda is mapped, and what
 glibc gives back on `malloc_trim(0)`. The figures are deltas from the interpreter's own.
 
-Usage: nvml_memory.py (on a GPU machine; pynvml only, no torch: torch would map libcuda)."""
+Usage: nvml_memory.py [--flags N] (on a GPU machine; pynvml only, no torch: torch would map
+libcuda). `--flags` starts NVML with `nvmlInitWithFlags(N)` (2: don't attach GPUs) instead of
+`nvmlInit`. At the end it prints the largest resident mappings and the file mapped just before
+each anonymous one (an anonymous mapping right after a library's data is that library's .bss)."""
 import ctypes
 import os
+import sys
 
 import pynvml as n
 
@@ -35,10 +39,33 @@ def show(step):
     )
 
 
+def largest_mappings(count=6):
+    rows, cur, prev_file = [], None, ""
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if "-" in head[0] and len(head) >= 5 and ":" in head[3]:
+                path = head[5] if len(head) > 5 else ""
+                cur = [0, head[1], path or f"[anon after {prev_file}]"]
+                rows.append(cur)
+                if path and not path.startswith("["):
+                    prev_file = os.path.basename(path)
+            elif head[0] == "Rss:" and cur is not None:
+                cur[0] = int(head[1])
+    for rss, perm, name in sorted(rows, reverse=True)[:count]:
+        print(f"  {rss / 1024:6.1f} MiB {perm} {name}")
+
+
 libc = ctypes.CDLL("libc.so.6")
+flags = int(sys.argv[sys.argv.index("--flags") + 1]) if "--flags" in sys.argv else None
 show("start")
-n.nvmlInit()
-show("nvmlInit")
+if flags is None:
+    n.nvmlInit()
+    show("nvmlInit")
+else:
+    n.nvmlInitWithFlags(flags)
+    show(f"nvmlInitWithFlags({flags})")
+largest_mappings(3)
 h = n.nvmlDeviceGetHandleByIndex(0)
 n.nvmlDeviceGetUUID(h)
 n.nvmlDeviceGetName(h)
@@ -75,3 +102,6 @@ except (n.NVMLError, AttributeError) as e:
     print("GPM:", e)
 libc.malloc_trim(0)
 show("after malloc_trim(0)")
+
+
+largest_mappings()
