@@ -90,7 +90,7 @@ enum Task {
     Demo(demo::Args),
     /// Write monitor/hot-code.txt, the functions `serve` runs, which release builds link
     /// together so that fewer of the binary's pages are resident (root, dockerd, a minute).
-    HotCode,
+    HotCode(hot_code::Args),
     /// Set up, build the release binary and run it with these arguments (default: `snapshot`).
     Run {
         #[arg(last = true)]
@@ -162,9 +162,9 @@ fn main() -> Result<()> {
             setup::run(Purpose::Test)?;
             soak::run(&args)
         }
-        Task::HotCode => {
+        Task::HotCode(args) => {
             setup::run(Purpose::Test)?;
-            hot_code::run()
+            hot_code::run(&args)
         }
         Task::Demo(args) => {
             setup::run(Purpose::Run)?;
