@@ -178,7 +178,7 @@ fn check(addr: &str) -> Result<()> {
     Ok(())
 }
 
-fn docker_pid(name: &str) -> Result<u32> {
+pub(crate) fn docker_pid(name: &str) -> Result<u32> {
     let out = Command::new("docker")
         .args(["inspect", "-f", "{{.State.Pid}}", name])
         .output()

@@ -352,14 +352,7 @@ impl GpuJobs {
     fn scenario(&self) -> Result<String> {
         let mut pids: Vec<u32> = self.bare.iter().map(|c| c.id()).collect();
         for name in &self.containers {
-            let pid = output(
-                Command::new("docker").args(["inspect", "-f", "{{.State.Pid}}", name]),
-                "docker inspect",
-            )?;
-            pids.push(
-                pid.parse()
-                    .with_context(|| format!("the PID of {name}: {pid:?}"))?,
-            );
+            pids.push(crate::demo::docker_pid(name)?);
         }
         let processes: Vec<_> = pids
             .iter()
