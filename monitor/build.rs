@@ -54,14 +54,24 @@ fn main() -> anyhow::Result<()> {
     aya_build::build_ebpf([package], aya_build::Toolchain::Custom(&channel))
 }
 
+/// Set to `1` by `cargo xtask hot-code` for the build it profiles.
+const PROFILE_LAYOUT: &str = "GPUWATCH_HOT_CODE_PROFILE";
+
 /// Release builds link the functions `serve` runs (hot-code.txt, made by `cargo xtask
 /// hot-code`) together, ahead of the rest of the code: the kernel maps an installed binary's
 /// pages 64 KiB around each fault, so run code spread through the binary makes most of it
 /// resident. A linker script placed before `.text` (`INSERT`, so the default layout stays)
-/// gathers their sections; names the build does not have match nothing.
+/// gathers their sections; names the build does not have match nothing. With
+/// `GPUWATCH_HOT_CODE_PROFILE=1` (set by `cargo xtask hot-code` only) each listed function is
+/// put on pages of its own instead, so that the profile tells which of them ran.
 fn link_hot_code_first() -> anyhow::Result<()> {
     let list = concat!(env!("CARGO_MANIFEST_DIR"), "/hot-code.txt");
     println!("cargo:rerun-if-changed={list}");
+    println!("cargo:rerun-if-env-changed={PROFILE_LAYOUT}");
+    let layout = match std::env::var(PROFILE_LAYOUT).as_deref() {
+        Ok("1") => hot_code::Layout::PagePerFunction,
+        _ => hot_code::Layout::Packed,
+    };
     let release = std::env::var("PROFILE").as_deref() == Ok("release");
     let linux = std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux");
     if !release || !linux {
@@ -72,7 +82,7 @@ fn link_hot_code_first() -> anyhow::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => anyhow::bail!("{list}: {e}"),
     };
-    let script = hot_code::script(&text).map_err(|e| anyhow::anyhow!("{list}:{e}"))?;
+    let script = hot_code::script(&text, layout).map_err(|e| anyhow::anyhow!("{list}:{e}"))?;
     let Some(script) = script else {
         return Ok(());
     };

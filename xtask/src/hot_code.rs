@@ -18,7 +18,7 @@
 //! since the hashes differ between a host build and a cross build (`cargo xtask release`). A
 //! stale list costs nothing but the gain: functions it misses are linked where they would be.
 use crate::fake_agent::FakeAgent;
-use crate::{cargo, workspace_root};
+use crate::{cargo, cargo_with_env, workspace_root};
 use anyhow::{bail, Context, Result};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -58,14 +58,24 @@ pub fn run(args: &Args) -> Result<()> {
         say(&format!("pass {pass} of {}", args.passes));
         profile_once()?;
     }
-    Ok(())
+    // Leave target/release/gpuwatch linked as releases are, not in the profiling layout.
+    cargo(&["build", "--release", "-p", "gpuwatch", "--bins"])
 }
+
+/// What makes monitor/build.rs lay the listed functions out for profiling.
+pub const PROFILE_LAYOUT: &str = "GPUWATCH_HOT_CODE_PROFILE";
 
 /// Builds the agent (with the list as it is), profiles it, and writes the list anew.
 fn profile_once() -> Result<()> {
     // Apart, so that the agent is built as `cargo xtask release` builds it: built together,
-    // the two packages' dependencies would share features and the code would differ.
-    cargo(&["build", "--release", "-p", "gpuwatch", "--bins"])?;
+    // the two packages' dependencies would share features and the code would differ. The
+    // listed functions each on pages of their own (monitor/build.rs), so that a resident page
+    // names the function that ran; functions the list misses are found with their page's
+    // neighbours, and the next pass sorts those out.
+    cargo_with_env(
+        &["build", "--release", "-p", "gpuwatch", "--bins"],
+        &[(PROFILE_LAYOUT, "1")],
+    )?;
     cargo(&["build", "--release", "-p", "fake-nvml"])?;
     crate::image::base()?;
     let root = workspace_root();

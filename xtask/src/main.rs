@@ -196,9 +196,16 @@ pub fn workspace_root() -> PathBuf {
 
 /// Runs a command in the workspace root, failing with the command line when it fails.
 pub fn cargo(args: &[&str]) -> Result<()> {
+    cargo_with_env(args, &[])
+}
+
+/// `cargo` with these environment variables set.
+pub fn cargo_with_env(args: &[&str], env: &[(&str, &str)]) -> Result<()> {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()));
     cmd.args(args).current_dir(workspace_root());
-    eprintln!("[xtask] cargo {}", args.join(" "));
+    cmd.envs(env.iter().copied());
+    let shown: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
+    eprintln!("[xtask] {}cargo {}", shown.concat(), args.join(" "));
     let status = cmd
         .status()
         .with_context(|| format!("starting cargo {}", args.join(" ")))?;

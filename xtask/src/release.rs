@@ -66,6 +66,8 @@ pub fn run() -> Result<()> {
                 &target,
             ])
             .env("PATH", path)
+            // The profiling layout is for `cargo xtask hot-code` only.
+            .env_remove(crate::hot_code::PROFILE_LAYOUT)
             .current_dir(&root),
         "cargo zigbuild",
     )?;
