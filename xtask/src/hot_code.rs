@@ -12,7 +12,9 @@
 //! runs from a loop-mounted copy of the binary with read-ahead off, so a page is resident only
 //! if the agent touched it. The fake GPU lists four processes, two in containers and two not;
 //! the agent is scraped every second, for [`RUN_FOR`]. Every function on a resident page of
-//! the binary is listed. Root, Docker and a minute.
+//! the binary is listed. The profiled build puts each function of the list it was built with
+//! on pages of its own, so a resident page there names only the function that ran; each pass
+//! profiles the last pass's list. Root, Docker and about four minutes a pass.
 //!
 //! Names are listed with their crate hashes (`Cs<hash>_` in v0 mangling) replaced by a wildcard,
 //! since the hashes differ between a host build and a cross build (`cargo xtask release`). A
