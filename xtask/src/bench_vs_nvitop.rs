@@ -354,6 +354,38 @@ fn measure(
     })
 }
 
+/// Waits (up to 90 s) until no process holds a GPU, and says which still do after that: a load
+/// left from an earlier job (a killed parent's workers run on to their own end) would be
+/// measured as part of this one's, and would make the GPU look shared.
+fn wait_for_an_empty_gpu() -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let out = Command::new("nvidia-smi")
+            .args(["--query-compute-apps=pid", "--format=csv,noheader"])
+            .output()
+            .context("running nvidia-smi")?;
+        if !out.status.success() {
+            bail!(
+                "nvidia-smi: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let holders = compute_pids(&String::from_utf8_lossy(&out.stdout));
+        if holders.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("processes {holders:?} still hold a GPU after 90 s; stop them before the bench");
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+/// The PIDs of `nvidia-smi --query-compute-apps=pid --format=csv,noheader`.
+fn compute_pids(csv: &str) -> Vec<u32> {
+    csv.lines().filter_map(|l| l.trim().parse().ok()).collect()
+}
+
 /// The load: `procs` CUDA processes split over `groups` child cgroups.
 struct Load(Vec<Child>);
 
@@ -364,6 +396,7 @@ impl Load {
 
     /// `hold_gib`: what each process holds (by default process i of a group holds i GiB).
     fn start_holding(procs: usize, groups: usize, hold_gib: Option<f64>) -> Result<Self> {
+        wait_for_an_empty_gpu()?;
         let mut children = Vec::new();
         let per = procs.div_ceil(groups);
         let _ = std::fs::write("/sys/fs/cgroup/cgroup.subtree_control", "+cpu +memory");
@@ -684,6 +717,16 @@ fn growth(args: &Args, to: usize) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gpus_holders_are_read_from_nvidia_smis_list() {
+        assert_eq!(compute_pids("1234\n 5678\n"), vec![1234, 5678]);
+        assert_eq!(compute_pids(""), Vec::<u32>::new());
+        assert_eq!(
+            compute_pids("No running processes found\n"),
+            Vec::<u32>::new()
+        );
+    }
 
     #[test]
     fn evidence_says_what_the_round_switched_on() {
