@@ -54,9 +54,6 @@ fn main() -> anyhow::Result<()> {
     aya_build::build_ebpf([package], aya_build::Toolchain::Custom(&channel))
 }
 
-/// Set to `1` by `cargo xtask hot-code` for the build it profiles.
-const PROFILE_LAYOUT: &str = "GPUWATCH_HOT_CODE_PROFILE";
-
 /// Release builds link the functions `serve` runs (hot-code.txt, made by `cargo xtask
 /// hot-code`) together, ahead of the rest of the code: the kernel maps an installed binary's
 /// pages 64 KiB around each fault, so run code spread through the binary makes most of it
@@ -67,8 +64,8 @@ const PROFILE_LAYOUT: &str = "GPUWATCH_HOT_CODE_PROFILE";
 fn link_hot_code_first() -> anyhow::Result<()> {
     let list = concat!(env!("CARGO_MANIFEST_DIR"), "/hot-code.txt");
     println!("cargo:rerun-if-changed={list}");
-    println!("cargo:rerun-if-env-changed={PROFILE_LAYOUT}");
-    let layout = match std::env::var(PROFILE_LAYOUT).as_deref() {
+    println!("cargo:rerun-if-env-changed={}", hot_code::PROFILE_LAYOUT);
+    let layout = match std::env::var(hot_code::PROFILE_LAYOUT).as_deref() {
         Ok("1") => hot_code::Layout::PagePerFunction,
         _ => hot_code::Layout::Packed,
     };

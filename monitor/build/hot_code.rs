@@ -1,6 +1,10 @@
 //! The linker script that puts the functions of monitor/hot-code.txt first in the release
 //! binary's code. Included by monitor/build.rs, and by xtask for its tests.
 
+/// Set to `1` by `cargo xtask hot-code` for the build it profiles: the functions then laid out
+/// [`Layout::PagePerFunction`].
+pub const PROFILE_LAYOUT: &str = "GPUWATCH_HOT_CODE_PROFILE";
+
 /// How the listed functions are laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Layout {

@@ -64,7 +64,8 @@ pub fn run(args: &Args) -> Result<()> {
     cargo(&["build", "--release", "-p", "gpuwatch", "--bins"])
 }
 
-/// What makes monitor/build.rs lay the listed functions out for profiling.
+/// What makes monitor/build.rs lay the listed functions out for profiling (its own copy is
+/// `script::PROFILE_LAYOUT`; a test holds them equal).
 pub const PROFILE_LAYOUT: &str = "GPUWATCH_HOT_CODE_PROFILE";
 
 /// Builds the agent (with the list as it is), profiles it, and writes the list anew.
@@ -456,6 +457,11 @@ mod script;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_profiling_switch_is_the_one_the_build_script_reads() {
+        assert_eq!(PROFILE_LAYOUT, super::script::PROFILE_LAYOUT);
+    }
 
     #[test]
     fn crate_hashes_become_wildcards_and_nothing_else_changes() {
