@@ -29,8 +29,13 @@ const CALIBRATE: &str = "read up _ < /proc/uptime; c0=${up%.*}${up#*.}; \
     read up _ < /proc/uptime; c1=${up%.*}${up#*.}; per=$((100000 / (c1 - c0 + 1)));";
 
 /// Reads an item from the loader, then "computes" COMPUTE_CS centiseconds with the GPU busy.
-const TRAINER_LOOP: &str = "while read -r _ <&3; do echo 95 > /state/sm; n=$((per * COMPUTE_CS)); \
-    i=0; while [ $i -lt $n ]; do i=$((i+1)); done; echo 0 > /state/sm; done";
+/// Each time it starts and stops computing, it appends the time (`/proc/uptime`, which the host
+/// shares) and 1 or 0 to /state/busy: the job's own account of its GPU time.
+const TRAINER_LOOP: &str =
+    "while read -r _ <&3; do read up _ < /proc/uptime; echo \"$up 1\" >> /state/busy; \
+    echo 95 > /state/sm; n=$((per * COMPUTE_CS)); \
+    i=0; while [ $i -lt $n ]; do i=$((i+1)); done; echo 0 > /state/sm; \
+    read up _ < /proc/uptime; echo \"$up 0\" >> /state/busy; done";
 
 /// Held by the tests whose figures depend on having the CPUs to themselves (calibrated busy
 /// loops, pinned loops) and by the ones that run a busy loader or disk I/O beside them: on a
@@ -40,6 +45,38 @@ static CPU_TIMED: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn cpu_timed() -> std::sync::MutexGuard<'static, ()> {
     CPU_TIMED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The share of a snapshot's window the trainer spent computing, from its own log
+/// ([`TRAINER_LOOP`]'s /state/busy): what gpuwatch's busy share is held to, however fast this
+/// machine ran the loader and the loop.
+fn own_busy(log: &std::path::Path, snap: &Value) -> f64 {
+    let uptime = |t: &str| t.split(' ').next().unwrap().parse::<f64>().unwrap();
+    // The host's uptime against its clock, now: the offset of the log's times.
+    let now_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let offset = now_unix - uptime(&std::fs::read_to_string("/proc/uptime").unwrap());
+    let end = snap["taken_at_unix_ms"].as_f64().unwrap() / 1e3 - offset;
+    let start = end - snap["window_seconds"].as_f64().unwrap();
+    let text = std::fs::read_to_string(log).unwrap();
+    let (mut busy, mut since) = (0.0, None);
+    for line in text.lines() {
+        let (t, on) = (uptime(line), line.ends_with(" 1"));
+        match (on, since) {
+            (true, None) => since = Some(t),
+            (false, Some(s)) => {
+                busy += (t.min(end) - f64::max(s, start)).max(0.0);
+                since = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(s) = since {
+        busy += (end - f64::max(s, start)).max(0.0);
+    }
+    busy / (end - start)
 }
 
 fn script(loader: &str, compute_cs: u32) -> String {
@@ -154,13 +191,20 @@ fn io_cpu_and_gpu_bound_containers_get_their_verdicts() {
         );
     }
 
-    // I/O-bound: ~50 ms of compute per ~250 ms read ⇒ GPU busy ≈ 0.95 × 0.2 ≈ 0.19.
+    // I/O-bound: ~50 ms of compute per read of ~250 ms at the throttle's 1 MB/s; the busy share
+    // is the job's own, however fast the device let reads through (the throttle admits bursts:
+    // 0.39 was seen on a fresh machine).
     let v = verdict(s, &io);
     assert_eq!(v["kind"], "input-bound: I/O", "{v:#}");
     let busy = f(v, "gpu_busy_fraction");
+    let own = 0.95 * own_busy(&state.path().join("io/busy"), s);
     assert!(
-        (0.08..=0.35).contains(&busy),
-        "GPU busy {busy} not ≈ 0.19: {v:#}"
+        own < 0.6,
+        "the job computed {own:.2} of the window: its throttled reads were not what held it"
+    );
+    assert!(
+        (busy - own).abs() < 0.1,
+        "GPU busy {busy:.3} against the job's own {own:.3}: {v:#}"
     );
     assert!(f(&v["loader"], "blocked_share") > 0.8, "{v:#}");
     assert!(f(&v["loader"], "busy_fraction") > 0.8, "{v:#}");
@@ -261,7 +305,18 @@ fn without_ebpf_a_loader_busy_on_free_cores_is_told_from_cpu_times() {
     let scenario = json!({"devices": [{"uuid": "GPU-free", "processes": [
         {"pid": c.pid, "used_memory_bytes": 2 * GIB, "sm_util_file": sm}
     ]}]});
-    let run = snapshot(&scenario, &["--window", "3s", "--no-ebpf"]);
+    // The kernel's own count of the container's wait for a CPU, from the window's start to the
+    // end of the run: the premise of this test (free cores) and the reference for the agent's.
+    let at_start = std::cell::Cell::new(None);
+    let run = snapshot_around_baseline(&scenario, &["--window", "3s", "--no-ebpf"], || {
+        at_start.set(Some((
+            std::time::Instant::now(),
+            cgroup_cpu_pressure_seconds(c.pid),
+        )));
+    });
+    let (started, waited) = at_start.get().expect("a baseline round");
+    let kernel_some =
+        (cgroup_cpu_pressure_seconds(c.pid) - waited) / started.elapsed().as_secs_f64();
     assert!(run.status.success(), "{}", run.stderr);
     let w = workload(&run.json, &format!("docker:{}", c.id));
     let v = &w["verdict"];
@@ -269,7 +324,19 @@ fn without_ebpf_a_loader_busy_on_free_cores_is_told_from_cpu_times() {
         "without eBPF: {} from {}; pressure {}; cpu {}; GPU processes {}",
         v["kind"], v["basis"], w["pressure"], w["cpu"]["cores"], w["gpu"]["process_cpu"]
     );
-    assert!(f(&w["pressure"], "cpu_some") < 0.3, "{:#}", w["pressure"]);
+    // This test needs free cores: with another load on this machine's two CPUs the loader
+    // waits for one, and pressure rightly sees it (a different case, tested above).
+    assert!(
+        kernel_some < 0.3,
+        "this test needs free cores, and the machine had none: the kernel counted the \
+         container waiting for a CPU {:.0}% of the window",
+        kernel_some * 100.0
+    );
+    let some = f(&w["pressure"], "cpu_some");
+    assert!(
+        (some - kernel_some).abs() < 0.1,
+        "CPU pressure {some:.3} against the kernel's {kernel_some:.3}"
+    );
     assert_eq!(v["kind"], "input-bound: CPU", "{v:#}");
     assert_eq!(v["basis"], "pressure", "{v:#}");
     assert!(v["advice"].as_str().unwrap().contains("CPU times"), "{v:#}");
@@ -683,12 +750,17 @@ fn disk_requests_are_matched_and_sized_from_their_records() {
         disk.accumulate(d);
     }
     eprintln!("disk requests: {disk:?}");
-    // (a request the kernel dispatched from its own worker is not the reader's: few are)
-    assert!((60..=72).contains(&disk.count), "{disk:?}");
+    // A request the kernel dispatched from its own worker is not the reader's, and how many are
+    // depends on the machine's timing (5 of 64 on a fresh machine, 0 to 2 on another): most of
+    // dd's 64 are matched, each sized from its record (dd's 64 KiB; the file system's own few
+    // are smaller), and they add up to no more than the file and those few.
+    assert!((48..=72).contains(&disk.count), "{disk:?}");
     let file_bytes = 4u64 << 20;
+    assert!(disk.bytes <= file_bytes + 8 * 65536, "{disk:?}");
+    let mean = disk.bytes as f64 / disk.count as f64;
     assert!(
-        (file_bytes - 4 * 65536..=file_bytes + 8 * 65536).contains(&disk.bytes),
-        "{disk:?}"
+        (56.0 * 1024.0..=65536.0).contains(&mean),
+        "requests of {mean:.0} bytes on average, not dd's 64 KiB: {disk:?}"
     );
     assert!(disk.total_ns > 0, "{disk:?}");
 }

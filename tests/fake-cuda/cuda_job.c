@@ -3,21 +3,38 @@
  * (dlopen "libcuda.so.1", dlsym each entry point) and runs a script of driver calls, so what
  * gpuwatch's probes count can be checked against what the job did.
  *
- *   cuda_job [--wait FILE] [--seconds S] OP...
+ *   cuda_job [--wait FILE] [--seconds S] [--report FILE] OP...
+ *
+ * The driver library is "libcuda.so.1" found as the dynamic linker finds it, or the file
+ * CUDA_JOB_LIB names.
  *
  * --wait: start once FILE exists (after printing "ready"); --seconds: repeat the OPs until S
- * seconds have passed (else run them once). Then print what was called ("done launches=N
- * h2d=N h2d_bytes=N d2h=N d2h_bytes=N syncs=N") and sleep until killed: the process stays a
- * GPU process, as a trainer does between steps.
+ * seconds have passed (else run them once); --report: append the job's own tally to FILE every
+ * 20 ms while it runs (see below), so a test compares gpuwatch's figures with what the job did
+ * in the same span, however fast this machine runs it. Then print what was called ("done
+ * launches=N h2d=N h2d_bytes=N d2h=N d2h_bytes=N syncs=N") and sleep until killed: the process
+ * stays a GPU process, as a trainer does between steps.
  *
  * OPs: launch:N[:US] (N kernel launches, spinning US us of host time before each: eager
  * PyTorch's launch took 7.5 us on the H100 host), h2d:BYTES and d2h:BYTES (a copy and a stream
  * synchronise: a blocking tensor.to() / .cpu()), item (a launch, a 4-byte device-to-host copy,
  * a stream synchronise), sync (cuCtxSynchronize_v2: torch.cuda.synchronize()), hostfn:US (a
  * host function holding the stream US us), cpu:US (US us of the job's own CPU work).
+ *
+ * Threads, as a PyTorch process has them: bg:OP runs OP on a second thread of the process while
+ * the main thread sleeps until it is done (autograd runs the backward pass on a device thread
+ * of its own while the main thread waits in backward()); pool:N:US has N threads each spin US
+ * us at once while the main thread sleeps on them (a thread pool preparing a batch, numpy or a
+ * native tokenizer with the GIL released).
+ *
+ * A report line: "unix_ms launches h2d h2d_bytes d2h d2h_bytes syncs copy_us sync_us cpu_us",
+ * each a total since the start: the wall time spent in copies (call and synchronise), in other
+ * synchronisations, and in the job's own CPU work (launch spins, cpu: and pool: ops, the pool's
+ * wall time once).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,9 +56,18 @@ static d2h_fn d2h;
 static stream_fn stream_sync;
 static ctx_fn ctx_sync;
 static hostfn_fn host_func;
-static unsigned long n_launch, n_h2d, n_d2h, n_sync;
-static unsigned long long h2d_bytes, d2h_bytes;
+
+/* The job's tally: written by whichever thread made the call. */
+static struct {
+    unsigned long launches, h2d, d2h, syncs;
+    unsigned long long h2d_bytes, d2h_bytes, copy_us, sync_us, cpu_us;
+} tally;
+#define ADD(field, n) __atomic_add_fetch(&tally.field, (n), __ATOMIC_RELAXED)
+#define GET(field) __atomic_load_n(&tally.field, __ATOMIC_RELAXED)
+
 static char buf[4];
+static FILE *report;
+static double next_report;
 
 static double now_s(void) {
     struct timespec t;
@@ -49,10 +75,32 @@ static double now_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
+static unsigned long long since_us(double start) {
+    return (unsigned long long)((now_s() - start) * 1e6);
+}
+
 static void spin_us(double us) {
     double end = now_s() + us / 1e6;
     while (now_s() < end) {
     }
+}
+
+static void write_report(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    fprintf(report, "%lld %lu %lu %llu %lu %llu %lu %llu %llu %llu\n",
+            (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000, GET(launches), GET(h2d),
+            GET(h2d_bytes), GET(d2h), GET(d2h_bytes), GET(syncs), GET(copy_us), GET(sync_us),
+            GET(cpu_us));
+    fflush(report);
+}
+
+static void maybe_report(void) {
+    if (!report) return;
+    double now = now_s();
+    if (now < next_report) return;
+    next_report = now + 0.02;
+    write_report();
 }
 
 static void *sym(void *lib, const char *name) {
@@ -64,47 +112,100 @@ static void *sym(void *lib, const char *name) {
     return p;
 }
 
+static void run(const char *op);
+
+/* bg: one op on a second thread while the caller sleeps on it. */
+static void *run_bg(void *op) {
+    run((const char *)op);
+    return NULL;
+}
+
+static void background(const char *op) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, run_bg, (void *)op) != 0) exit(3);
+    pthread_join(t, NULL);
+}
+
+/* pool: N threads each spinning US us at once. */
+static void *spin_thread(void *us) {
+    spin_us(*(double *)us);
+    return NULL;
+}
+
+static void pool(unsigned long n, double us) {
+    pthread_t t[64];
+    if (n > 64) n = 64;
+    double start = now_s();
+    for (unsigned long i = 0; i < n; i++)
+        if (pthread_create(&t[i], NULL, spin_thread, &us) != 0) exit(3);
+    for (unsigned long i = 0; i < n; i++) pthread_join(t[i], NULL);
+    ADD(cpu_us, since_us(start));
+}
+
+static void copy(int to_device, unsigned long n) {
+    void *host = malloc(n ? n : 1);
+    double start = now_s();
+    if (to_device) h2d(0, host, n, 0);
+    else d2h(host, 0, n, 0);
+    stream_sync(0);
+    ADD(copy_us, since_us(start));
+    free(host);
+    if (to_device) {
+        ADD(h2d, 1);
+        ADD(h2d_bytes, n);
+    } else {
+        ADD(d2h, 1);
+        ADD(d2h_bytes, n);
+    }
+}
+
 static void run(const char *op) {
     unsigned long n = 0;
     double us = 0;
-    if (sscanf(op, "launch:%lu:%lf", &n, &us) >= 1 && strncmp(op, "launch:", 7) == 0) {
+    if (strncmp(op, "bg:", 3) == 0) {
+        background(op + 3);
+    } else if (sscanf(op, "pool:%lu:%lf", &n, &us) == 2) {
+        pool(n, us);
+    } else if (sscanf(op, "launch:%lu:%lf", &n, &us) >= 1 && strncmp(op, "launch:", 7) == 0) {
         for (unsigned long i = 0; i < n; i++) {
-            if (us > 0) spin_us(us);
+            if (us > 0) {
+                double start = now_s();
+                spin_us(us);
+                ADD(cpu_us, since_us(start));
+            }
             launch(0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);
-            n_launch++;
+            ADD(launches, 1);
+            if ((i & 255) == 0) maybe_report();
         }
     } else if (sscanf(op, "h2d:%lu", &n) == 1) {
-        void *src = malloc(n ? n : 1);
-        h2d(0, src, n, 0);
-        stream_sync(0);
-        free(src);
-        n_h2d++;
-        h2d_bytes += n;
+        copy(1, n);
     } else if (sscanf(op, "d2h:%lu", &n) == 1) {
-        void *dst = malloc(n ? n : 1);
-        d2h(dst, 0, n, 0);
-        stream_sync(0);
-        free(dst);
-        n_d2h++;
-        d2h_bytes += n;
+        copy(0, n);
     } else if (strcmp(op, "item") == 0) {
         launch(0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);
         d2h(buf, 0, 4, 0);
+        double start = now_s();
         stream_sync(0);
-        n_launch++;
-        n_d2h++;
-        d2h_bytes += 4;
+        ADD(sync_us, since_us(start));
+        ADD(launches, 1);
+        ADD(d2h, 1);
+        ADD(d2h_bytes, 4);
     } else if (strcmp(op, "sync") == 0) {
+        double start = now_s();
         ctx_sync();
-        n_sync++;
+        ADD(sync_us, since_us(start));
+        ADD(syncs, 1);
     } else if (sscanf(op, "hostfn:%lu", &n) == 1) {
         host_func(0, 0, (void *)(uintptr_t)n);
     } else if (sscanf(op, "cpu:%lf", &us) == 1) {
+        double start = now_s();
         spin_us(us);
+        ADD(cpu_us, since_us(start));
     } else {
         fprintf(stderr, "cuda_job: unknown op %s\n", op);
         exit(2);
     }
+    maybe_report();
 }
 
 int main(int argc, char **argv) {
@@ -115,9 +216,16 @@ int main(int argc, char **argv) {
         if (i + 1 >= argc) return 2;
         if (strcmp(argv[i], "--wait") == 0) wait_for = argv[i + 1];
         else if (strcmp(argv[i], "--seconds") == 0) seconds = atof(argv[i + 1]);
-        else return 2;
+        else if (strcmp(argv[i], "--report") == 0) {
+            report = fopen(argv[i + 1], "a");
+            if (!report) {
+                perror(argv[i + 1]);
+                return 2;
+            }
+        } else return 2;
     }
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW);
+    const char *path = getenv("CUDA_JOB_LIB");
+    void *lib = dlopen(path ? path : "libcuda.so.1", RTLD_NOW);
     if (!lib) {
         fprintf(stderr, "cuda_job: %s\n", dlerror());
         return 2;
@@ -137,8 +245,9 @@ int main(int argc, char **argv) {
     do {
         for (int k = i; k < argc; k++) run(argv[k]);
     } while (now_s() < end);
-    printf("done launches=%lu h2d=%lu h2d_bytes=%llu d2h=%lu d2h_bytes=%llu syncs=%lu\n", n_launch,
-           n_h2d, h2d_bytes, n_d2h, d2h_bytes, n_sync);
+    if (report) write_report();
+    printf("done launches=%lu h2d=%lu h2d_bytes=%llu d2h=%lu d2h_bytes=%llu syncs=%lu\n",
+           GET(launches), GET(h2d), GET(h2d_bytes), GET(d2h), GET(d2h_bytes), GET(syncs));
     fflush(stdout);
     for (;;) pause();
 }

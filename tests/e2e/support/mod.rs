@@ -504,8 +504,9 @@ pub fn prometheus(dir: &Path, config: &str) -> (Running, String) {
     (Running(child), format!("http://127.0.0.1:{port}"))
 }
 
-/// The fake CUDA driver library (`libcuda.so.1`) and the job that calls it (`cuda_job`), built
-/// once per test binary from `tests/fake-cuda` with the host's C compiler.
+/// The fake CUDA driver library (`libcuda.so.1`), the job that calls it (`cuda_job`) and a
+/// tenant's mapper (`tenant_maps`), built once per test binary from `tests/fake-cuda` with the
+/// host's C compiler.
 pub fn fake_cuda_dir() -> &'static Path {
     static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
@@ -532,7 +533,12 @@ pub fn fake_cuda_dir() -> &'static Path {
             .args(["-O2", "-Wall", "-Werror", "-o"])
             .arg(dir.path().join("cuda_job"))
             .arg(src.join("cuda_job.c"))
-            .arg("-ldl"));
+            .args(["-ldl", "-pthread"]));
+        // static: a tenant runs it chrooted into a folder of its own
+        run(Command::new("cc")
+            .args(["-O2", "-static", "-Wall", "-Werror", "-o"])
+            .arg(dir.path().join("tenant_maps"))
+            .arg(src.join("tenant_maps.c")));
         // world-readable: the containers' processes open it through their own root
         let _ = std::fs::set_permissions(
             dir.path(),
@@ -570,6 +576,133 @@ pub fn cuda_container(name: &str, env: &[(&str, &str)], extra: &[&str], job: &st
     args.extend(extra.iter().map(|s| s.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Container::start_with(name, &[], &args, &format!("exec /opt/cuda/cuda_job {job}"))
+}
+
+/// What a `cuda_job --report FILE` had done at one time: its running totals (seconds where
+/// the job timed itself).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct JobTally {
+    pub unix_ms: f64,
+    pub launches: f64,
+    pub h2d: f64,
+    pub h2d_bytes: f64,
+    pub d2h: f64,
+    pub d2h_bytes: f64,
+    pub syncs: f64,
+    pub copy_s: f64,
+    pub sync_s: f64,
+    pub cpu_s: f64,
+}
+
+impl JobTally {
+    fn minus(&self, o: &Self) -> Self {
+        Self {
+            unix_ms: self.unix_ms - o.unix_ms,
+            launches: self.launches - o.launches,
+            h2d: self.h2d - o.h2d,
+            h2d_bytes: self.h2d_bytes - o.h2d_bytes,
+            d2h: self.d2h - o.d2h,
+            d2h_bytes: self.d2h_bytes - o.d2h_bytes,
+            syncs: self.syncs - o.syncs,
+            copy_s: self.copy_s - o.copy_s,
+            sync_s: self.sync_s - o.sync_s,
+            cpu_s: self.cpu_s - o.cpu_s,
+        }
+    }
+
+    fn between(a: &Self, b: &Self, unix_ms: f64) -> Self {
+        let f = if b.unix_ms > a.unix_ms {
+            ((unix_ms - a.unix_ms) / (b.unix_ms - a.unix_ms)).clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        let mix = |x: f64, y: f64| x + (y - x) * f;
+        Self {
+            unix_ms,
+            launches: mix(a.launches, b.launches),
+            h2d: mix(a.h2d, b.h2d),
+            h2d_bytes: mix(a.h2d_bytes, b.h2d_bytes),
+            d2h: mix(a.d2h, b.d2h),
+            d2h_bytes: mix(a.d2h_bytes, b.d2h_bytes),
+            syncs: mix(a.syncs, b.syncs),
+            copy_s: mix(a.copy_s, b.copy_s),
+            sync_s: mix(a.sync_s, b.sync_s),
+            cpu_s: mix(a.cpu_s, b.cpu_s),
+        }
+    }
+}
+
+/// A job's own account of itself, written every 20 ms (`cuda_job --report`): what a test holds
+/// gpuwatch's figures to, over the very window gpuwatch measured, however fast this machine ran
+/// the job.
+pub struct JobReport(Vec<JobTally>);
+
+impl JobReport {
+    pub fn read(path: &Path) -> Self {
+        let text =
+            std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let lines = text
+            .lines()
+            .filter_map(|l| {
+                let v: Vec<f64> = l.split(' ').filter_map(|x| x.parse().ok()).collect();
+                (v.len() == 10).then(|| JobTally {
+                    unix_ms: v[0],
+                    launches: v[1],
+                    h2d: v[2],
+                    h2d_bytes: v[3],
+                    d2h: v[4],
+                    d2h_bytes: v[5],
+                    syncs: v[6],
+                    copy_s: v[7] / 1e6,
+                    sync_s: v[8] / 1e6,
+                    cpu_s: v[9] / 1e6,
+                })
+            })
+            .collect();
+        Self(lines)
+    }
+
+    /// The totals at `unix_ms`, between the two lines around it.
+    pub fn at(&self, unix_ms: f64) -> JobTally {
+        let after = self.0.iter().position(|t| t.unix_ms >= unix_ms);
+        match after {
+            Some(0) | None => panic!(
+                "the job's report does not cover {unix_ms} ms ({} lines, {:?} to {:?})",
+                self.0.len(),
+                self.0.first().map(|t| t.unix_ms),
+                self.0.last().map(|t| t.unix_ms)
+            ),
+            Some(i) => JobTally::between(&self.0[i - 1], &self.0[i], unix_ms),
+        }
+    }
+
+    /// What the job did in a snapshot's window (`taken_at_unix_ms`, `window_seconds`).
+    pub fn in_window(&self, snap: &Value) -> JobTally {
+        let end = snap["taken_at_unix_ms"].as_f64().expect("taken_at_unix_ms");
+        let window = snap["window_seconds"].as_f64().expect("window_seconds");
+        self.at(end).minus(&self.at(end - window * 1e3))
+    }
+}
+
+/// The time some task of the cgroup of `pid` waited for a CPU so far, in seconds: the `some`
+/// line's `total=` (µs) of its `cpu.pressure` on the unified hierarchy, the kernel's own figure.
+pub fn cgroup_cpu_pressure_seconds(pid: u32) -> f64 {
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let path = cgroup
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .expect("a unified-hierarchy line in /proc/<pid>/cgroup");
+    let text = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+        .iter()
+        .map(|root| format!("{root}{path}/cpu.pressure"))
+        .find_map(|f| std::fs::read_to_string(f).ok())
+        .unwrap_or_else(|| panic!("no cpu.pressure for {path}"));
+    text.lines()
+        .find_map(|l| l.strip_prefix("some "))
+        .and_then(|l| l.split(' ').find_map(|f| f.strip_prefix("total=")))
+        .and_then(|v| v.parse::<f64>().ok())
+        .expect("some total= in cpu.pressure")
+        / 1e6
 }
 
 /// The CPU time the cgroup of `pid` has used so far, in microseconds: `usage_usec` of its
