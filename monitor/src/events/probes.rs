@@ -26,3 +26,10 @@ internal_event! {
     CudaProbeAttachFailed { library: String, error: String }
     |e| format!("{}: {}", e.library, e.error)
 }
+
+internal_event! {
+    /// A GPU process maps more driver libraries, or a larger memory map, than the CUDA probes
+    /// take on: what was left unprobed.
+    CudaProbeLimit { pid: u32, detail: String }
+    |e| format!("GPU process {}: {}", e.pid, e.detail)
+}

@@ -1,7 +1,7 @@
-//! The CUDA driver probes' side of a round: finds the driver libraries the GPU processes map,
-//! attaches the probes to them while the evidence is wanted (adaptive, as read tracing is),
-//! and turns this round's counters minus the previous round's into each workload's
-//! [`CudaWindow`].
+//! The CUDA driver probes' side of a round: hands the attacher (`sources::cuda_probe::attacher`,
+//! on a thread of its own) the live GPU processes and whether their libraries should be probed
+//! (adaptive, as read tracing is), and turns this round's counters minus the previous round's
+//! into each workload's [`CudaWindow`].
 //!
 //! Wanted while a round shows a workload whose GPU idles at least `idle_share` of the window
 //! while its training loop (the GPU processes' main threads) is busy at least `active_share` of
@@ -9,19 +9,20 @@
 //! loop's own CPU work apart. Rounds are looked at as they are taken (the GPU's instantaneous
 //! reading for its busy share) and again once published (the series').
 use super::demand::{Demand, TracingMode};
-use crate::events::{CudaProbeAttachFailed, EventCounters, ProbeMapReadFailed};
+use crate::events::{EventCounters, ProbeMapReadFailed, SourceHung};
 use crate::model::{
-    CudaCalls, CudaProcessCalls, CudaTracingState, CudaWindow, DriverLibrary, Gpu, ProcessRole,
-    Snapshot, SourceError, SourceState, Transfer, Workload,
+    CudaCalls, CudaProcessCalls, CudaTracingState, CudaWindow, Gpu, ProcessRole, Snapshot,
+    SourceError, SourceState, Transfer, Workload,
 };
-use crate::sources::cuda_probe::library::{self, LibraryFile};
-use crate::sources::cuda_probe::{entry_points, CudaProbe};
+use crate::sources::cuda_probe::attacher::{AttachState, Attacher, Limits, Plan};
+use crate::sources::cuda_probe::{self, Counters};
 use crate::sources::host::HostReader;
 use crate::units::duration;
 use monitor_common::cuda::cuda_stat;
 use monitor_common::{task_thread, CudaStats, TaskKey};
 use serde::Deserialize;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The config file's `sources.cuda_tracing` section.
@@ -36,7 +37,19 @@ pub struct CudaTracingConfig {
     /// waiting for one at least `active_share` of it, needs the evidence.
     pub idle_share: f64,
     pub active_share: f64,
+    /// How long a round waits for the attacher to carry out a new plan before it reads the
+    /// counters (the rest is done by the next round): short for rounds that repeat, long for a
+    /// one-shot window, which is traced from its start or not at all.
+    #[serde(skip)]
+    pub settle: Duration,
 }
+
+/// A round waits this long for new processes' libraries to be probed...
+const SETTLE: Duration = Duration::from_millis(200);
+/// ... a one-shot window this long.
+const SETTLE_ONE_SHOT: Duration = Duration::from_secs(5);
+/// The attacher busy on one step this long is hung, as far as the round can tell.
+const ATTACHER_HUNG: Duration = Duration::from_secs(30);
 
 impl Default for CudaTracingConfig {
     fn default() -> Self {
@@ -45,6 +58,7 @@ impl Default for CudaTracingConfig {
             linger: Duration::from_secs(300),
             idle_share: 0.25,
             active_share: 0.5,
+            settle: SETTLE,
         }
     }
 }
@@ -54,6 +68,7 @@ impl CudaTracingConfig {
     pub fn for_one_shot(self) -> Self {
         Self {
             mode: self.mode.for_one_shot(),
+            settle: SETTLE_ONE_SHOT,
             ..self
         }
     }
@@ -66,41 +81,38 @@ impl CudaTracingConfig {
     }
 }
 
-/// A library's key: the device and inode of its file.
-type LibraryKey = (u64, u64);
-
-/// What a GPU process maps: its start time (with the PID, its identity) and its libraries.
-struct Scanned {
-    start: Option<u64>,
-    libraries: Vec<LibraryKey>,
-}
-
-/// A driver library the GPU processes map.
-struct Library {
-    info: DriverLibrary,
-    /// Open while it can be probed.
-    file: Option<LibraryFile>,
-    points: Vec<(u64, u64)>,
+/// The loaded probes: their counters, read here, and the attacher thread that owns the
+/// programs.
+struct Probe {
+    counters: Counters,
+    attacher: Attacher,
 }
 
 pub struct CudaTracing {
-    probe: Result<CudaProbe, SourceError>,
+    probe: Result<Probe, SourceError>,
     demand: Demand,
     config: CudaTracingConfig,
-    libraries: BTreeMap<LibraryKey, Library>,
-    /// GPU processes whose mappings were read.
-    scanned: HashMap<u32, Scanned>,
-    /// Attached at the last counter read, and for this round's whole window.
-    attached_at_read: bool,
+    /// The attacher's state at the last counter read.
+    attach: AttachState,
+    /// The attachments' epoch at the last read, when probes were attached then.
+    read_epoch: Option<u64>,
+    /// Attached for this round's whole window.
     window_traced: bool,
     on_since_unix_ms: Option<u64>,
+    /// When the attacher was last reported hung (once per spell).
+    hung_reported: Option<Instant>,
     totals: HashMap<TaskKey, CudaStats>,
     previous: Option<HashMap<TaskKey, CudaStats>>,
     failures: [u64; cuda_stat::COUNT as usize],
 }
 
 impl CudaTracing {
-    pub fn load(enabled: bool, config: CudaTracingConfig) -> Self {
+    pub fn load(
+        enabled: bool,
+        config: CudaTracingConfig,
+        proc_root: &std::path::Path,
+        events: &Arc<EventCounters>,
+    ) -> Self {
         let probe = match (enabled, config.mode) {
             (false, _) => Err(SourceError::disabled(
                 "CUDA call tracing disabled (eBPF off)",
@@ -108,9 +120,17 @@ impl CudaTracing {
             (true, TracingMode::Off) => Err(SourceError::disabled(
                 "CUDA call tracing off (sources.cuda_tracing)",
             )),
-            (true, _) => CudaProbe::load().map_err(|e| {
-                SourceError::failed(format_args!("CUDA call tracing unavailable: {e}"))
-            }),
+            (true, _) => cuda_probe::load()
+                .map_err(|e| e.to_string())
+                .and_then(|(counters, programs)| {
+                    let root = proc_root.to_path_buf();
+                    Attacher::spawn(programs, root, Limits::default(), events.clone())
+                        .map(|attacher| Probe { counters, attacher })
+                        .map_err(|e| format!("starting its thread: {e}"))
+                })
+                .map_err(|e| {
+                    SourceError::failed(format_args!("CUDA call tracing unavailable: {e}"))
+                }),
         };
         if let (true, Err(e)) = (enabled && config.mode != TracingMode::Off, &probe) {
             tracing::warn!("{e}");
@@ -119,11 +139,11 @@ impl CudaTracing {
             probe,
             demand: Demand::new(config.mode, config.linger),
             config,
-            libraries: BTreeMap::new(),
-            scanned: HashMap::new(),
-            attached_at_read: false,
+            attach: AttachState::default(),
+            read_epoch: None,
             window_traced: false,
             on_since_unix_ms: None,
+            hung_reported: None,
             totals: HashMap::new(),
             previous: None,
             failures: [0; cuda_stat::COUNT as usize],
@@ -143,13 +163,13 @@ impl CudaTracing {
     }
 
     pub fn state(&self) -> Option<CudaTracingState> {
-        let probe = self.probe.as_ref().ok()?;
+        self.probe.as_ref().ok()?;
         Some(CudaTracingState {
             mode: self.demand.mode().as_str(),
-            attached: self.libraries.keys().any(|k| probe.is_attached(*k)),
+            attached: self.attach.attached,
             on_since_unix_ms: self.on_since_unix_ms,
             reason: self.demand.reason.clone(),
-            libraries: self.libraries.values().map(|l| l.info.clone()).collect(),
+            libraries: self.attach.libraries.clone(),
             unmatched_returns: self.failures[cuda_stat::UNMATCHED_RETURN as usize],
             map_update_failed: self.failures[cuda_stat::MAP_UPDATE_FAILED as usize],
         })
@@ -175,52 +195,41 @@ impl CudaTracing {
         self.demand.note(why, Instant::now());
     }
 
-    /// One round: finds new GPU processes' libraries, attaches or detaches as wanted, reads the
-    /// counters. False when there is no probe or the read failed.
-    pub fn step(
-        &mut self,
-        gpus: &[Gpu],
-        host: &HostReader,
-        now_unix_ms: u64,
-        events: &EventCounters,
-    ) -> bool {
-        if self.probe.is_err() {
-            return false;
-        }
-        self.scan(gpus, host, events);
+    /// One round: hands the attacher the live GPU processes and whether probes are wanted,
+    /// waits for it up to the settle time, and reads the counters. False when there is no
+    /// probe or the read failed.
+    pub fn step(&mut self, gpus: &[Gpu], now_unix_ms: u64, events: &EventCounters) -> bool {
         let wanted = self.demand.wanted(Instant::now());
         let Ok(probe) = self.probe.as_mut() else {
             return false;
         };
-        if wanted {
-            for lib in self.libraries.values_mut() {
-                let Some(file) = &lib.file else { continue };
-                if let Err(e) = probe.attach(file, &lib.points) {
-                    events.emit(CudaProbeAttachFailed {
-                        library: lib.info.path.to_string(),
-                        error: e.to_string(),
-                    });
-                    lib.info.error = Some(e.to_string());
-                    lib.file = None; // not tried again each round
-                }
-            }
-        } else {
-            probe.detach_all();
-        }
-        for (key, lib) in self.libraries.iter_mut() {
-            lib.info.attached = probe.is_attached(*key);
-        }
-        let attached = self.libraries.values().any(|l| l.info.attached);
-        if attached && !self.attached_at_read {
+        let mut processes: Vec<(u32, Option<u64>)> = gpus
+            .iter()
+            .flat_map(|g| &g.processes)
+            .filter(|p| !p.vanished)
+            .map(|p| (p.reading.pid, p.start_time_ticks))
+            .collect();
+        processes.sort_unstable();
+        processes.dedup();
+        let generation = probe.attacher.request(Plan { processes, wanted });
+        let before = probe.attacher.settle(generation, self.config.settle);
+        self.hung_reported = report_hung(&before, self.hung_reported, events);
+        self.failures = probe.counters.failures();
+        let read = probe.counters.read(&mut self.totals);
+        let after = probe.attacher.state();
+        // Traced throughout: attached at the last read and now, with no attach or detach
+        // between (nor during this read).
+        let steady = before.epoch == after.epoch;
+        self.window_traced = before.attached && steady && self.read_epoch == Some(before.epoch);
+        if before.attached && self.read_epoch.is_none() {
             self.on_since_unix_ms = Some(now_unix_ms);
             tracing::info!(reason = ?self.demand.reason, "CUDA call tracing on");
-        } else if !attached && self.attached_at_read {
+        } else if !before.attached && self.attach.attached {
             tracing::info!("CUDA call tracing off: no workload needed it");
         }
-        self.window_traced = attached && self.attached_at_read;
-        self.attached_at_read = attached;
-        self.failures = probe.failures();
-        match probe.read(&mut self.totals) {
+        self.read_epoch = (before.attached && steady).then_some(before.epoch);
+        self.attach = before;
+        match read {
             Ok(()) => true,
             Err(e) => {
                 events.emit(ProbeMapReadFailed {
@@ -229,64 +238,6 @@ impl CudaTracing {
                 });
                 false
             }
-        }
-    }
-
-    /// Reads the mappings of GPU processes not seen before, and remembers their libraries.
-    fn scan(&mut self, gpus: &[Gpu], host: &HostReader, events: &EventCounters) {
-        let live: HashMap<u32, Option<u64>> = gpus
-            .iter()
-            .flat_map(|g| &g.processes)
-            .filter(|p| !p.vanished)
-            .map(|p| (p.reading.pid, p.start_time_ticks))
-            .collect();
-        self.scanned
-            .retain(|pid, s| live.get(pid) == Some(&s.start));
-        for (pid, start) in live {
-            if self.scanned.contains_key(&pid) {
-                continue;
-            }
-            let Ok(mapped) = library::mapped_by(host.proc_root(), pid) else {
-                continue; // gone meanwhile; the next round's list says
-            };
-            let mut keys = Vec::new();
-            for m in mapped {
-                match library::open(host.proc_root(), pid, &m) {
-                    Ok(file) => {
-                        let key = (file.device, file.inode);
-                        keys.push(key);
-                        self.libraries
-                            .entry(key)
-                            .or_insert_with(|| known(file, events));
-                    }
-                    Err(e) => events.emit(CudaProbeAttachFailed {
-                        library: format!("process {pid}'s driver library"),
-                        error: e.to_string(),
-                    }),
-                }
-            }
-            self.scanned.insert(
-                pid,
-                Scanned {
-                    start,
-                    libraries: keys,
-                },
-            );
-        }
-        // A library no live GPU process maps any longer is dropped (and detached).
-        let in_use: HashSet<LibraryKey> = self
-            .scanned
-            .values()
-            .flat_map(|s| s.libraries.iter().copied())
-            .collect();
-        if let Ok(probe) = self.probe.as_mut() {
-            self.libraries.retain(|k, _| {
-                let keep = in_use.contains(k);
-                if !keep {
-                    probe.detach(*k);
-                }
-                keep
-            });
         }
     }
 
@@ -338,7 +289,7 @@ impl CudaTracing {
                 .filter(|(k, now)| previous.get(k) == Some(now) && !host.alive(k.tgid))
                 .map(|(k, _)| *k)
                 .collect();
-            probe.forget(&gone);
+            probe.counters.forget(&gone);
             for k in &gone {
                 self.totals.remove(k);
             }
@@ -349,38 +300,28 @@ impl CudaTracing {
     }
 }
 
-/// A library seen for the first time: its entry points, or why it cannot be probed.
-fn known(file: LibraryFile, events: &EventCounters) -> Library {
-    let mut info = DriverLibrary {
-        path: file.mapped.path.clone(),
-        device: file.device,
-        inode: file.inode,
-        entry_points: 0,
-        attached: false,
-        error: None,
-    };
-    match entry_points(&file) {
-        Ok(points) => {
-            info.entry_points = points.len();
-            Library {
-                info,
-                file: Some(file),
-                points,
-            }
-        }
-        Err(e) => {
-            events.emit(CudaProbeAttachFailed {
-                library: info.path.to_string(),
-                error: e.to_string(),
-            });
-            info.error = Some(e.to_string());
-            Library {
-                info,
-                file: None,
-                points: Vec::new(),
-            }
-        }
+/// Reports the attacher busy on one step past [`ATTACHER_HUNG`], once per spell; the time it
+/// was last reported.
+fn report_hung(
+    state: &AttachState,
+    reported: Option<Instant>,
+    events: &EventCounters,
+) -> Option<Instant> {
+    let (doing, since) = state.busy?;
+    let busy = since.elapsed();
+    if busy < ATTACHER_HUNG {
+        return None;
     }
+    if reported.is_some_and(|r| r >= since) {
+        return reported;
+    }
+    events.emit(SourceHung {
+        stall: format!(
+            "the CUDA probes' thread has been {doing} for {} s (rounds go on without it)",
+            busy.as_secs()
+        ),
+    });
+    Some(Instant::now())
 }
 
 /// `now - before`, `None` when a counter went backwards (the entry was evicted and made anew).

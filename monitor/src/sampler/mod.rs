@@ -175,7 +175,12 @@ impl Sampler {
             ..config.cuda_tracing
         };
         let stalls = Stalls::load(config.probes, io_tracing);
-        let cuda = cuda_tracing::CudaTracing::load(config.probes, cuda_tracing);
+        let cuda = cuda_tracing::CudaTracing::load(
+            config.probes,
+            cuda_tracing,
+            &config.proc_root,
+            &events,
+        );
         system::trim_heap();
         let (gpu_opener, gpu) = gpu_open::GpuOpener::open(config.gpu.as_ref(), events.clone());
         let heartbeat = Arc::<Heartbeat>::default();
@@ -410,10 +415,7 @@ impl Sampler {
         now_ms: u64,
     ) {
         self.cuda.observe_taken(workloads.values(), gpus, window);
-        if !self
-            .cuda
-            .step(gpus, &self.host_reader, now_ms, &self.events)
-        {
+        if !self.cuda.step(gpus, now_ms, &self.events) {
             return;
         }
         for w in workloads.values_mut() {

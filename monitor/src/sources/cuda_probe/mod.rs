@@ -2,10 +2,13 @@
 //! copy and synchronise entry points ([`ENTRY_POINTS`]), attached per library file (inode) the
 //! GPU processes map, and their per-task counters.
 //!
-//! Loaded once (maps and programs, nothing attached); attached to a library while its
-//! evidence is wanted and detached after (see `sampler::cuda_tracing`), since every hit stops the
-//! calling thread: measured on an H100 host, 0.5–0.9 µs for an entry probe, ~3 µs for an entry
-//! and a return probe (`monitor_common::cuda`).
+//! Loaded once (maps and programs, nothing attached), in two halves: the [`Counters`], read by
+//! every round, and the [`Programs`], attached to a library while its evidence is wanted and
+//! detached after, since every hit stops the calling thread (measured on an H100 host,
+//! 0.5–0.9 µs for an entry probe, ~3 µs for an entry and a return probe:
+//! `monitor_common::cuda`). The programs live on a thread of their own ([`attacher`]): which
+//! libraries there are is shaped by tenants, and nothing a tenant shapes runs on the round.
+pub mod attacher;
 pub mod elf;
 pub mod library;
 
@@ -109,7 +112,7 @@ pub fn stats_entries(possible_cpus: u32) -> u32 {
 /// The probed entry points of a library, with their offsets (one per offset: two names of one
 /// function would count each call twice).
 pub fn entry_points(lib: &LibraryFile) -> Result<Vec<(u64, u64)>, CudaProbeError> {
-    let found = elf::exported_functions(&lib.file, |name| {
+    let found = elf::exported_functions(&lib.file, lib.size, |name| {
         ENTRY_POINTS.iter().any(|(n, _)| *n == name)
     })?;
     let mut points: Vec<(u64, u64)> = Vec::new();
@@ -126,14 +129,18 @@ pub fn entry_points(lib: &LibraryFile) -> Result<Vec<(u64, u64)>, CudaProbeError
     Ok(points)
 }
 
-/// The programs loaded, with their maps; attached to no library until [`CudaProbe::attach`].
-pub struct CudaProbe {
-    ebpf: Ebpf,
+/// The probes' counters: per task, and the kernel side's failures.
+pub struct Counters {
     stats: PerCpuHashMap<MapData, TaskKey, CudaStats>,
     /// Buffers for reading `stats` in batches; `None` where this kernel cannot (the keys are
     /// walked then).
     batch: Option<BatchReader<TaskKey, CudaStats>>,
     failures: PerCpuArray<MapData, u64>,
+}
+
+/// The programs, loaded; attached to no library until [`Programs::attach`].
+pub struct Programs {
+    ebpf: Ebpf,
     /// Links per attached library, by (device, inode).
     attached: HashMap<(u64, u64), Vec<(&'static str, UProbeLinkId)>>,
 }
@@ -149,49 +156,56 @@ fn program<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut UProbe,
         .map_err(|source| CudaProbeError::Program { name, source })
 }
 
-impl CudaProbe {
-    /// Checks privileges, loads the programs and creates the maps; attaches nothing.
-    pub fn load() -> Result<Self, CudaProbeError> {
-        let missing =
-            caps::missing_for_tracing(caps::effective().map_err(CudaProbeError::Capabilities)?);
-        if !missing.is_empty() {
-            return Err(CudaProbeError::MissingCapabilities(missing));
-        }
-        let cpus = aya::util::nr_cpus().map_or(1, |n| n.get());
-        let mut ebpf = EbpfLoader::new()
-            .map_max_entries("CUDA_STATS", stats_entries(cpus))
-            .load(PROGRAMS)?;
-        for name in [LAUNCH, CALL, RETURN] {
-            program(&mut ebpf, name)?
-                .load()
-                .map_err(|source| CudaProbeError::Program { name, source })?;
-        }
-        let map = |ebpf: &mut Ebpf, name: &'static str| {
-            ebpf.take_map(name).ok_or(CudaProbeError::Missing(name))
-        };
-        let stats = map(&mut ebpf, "CUDA_STATS")?;
-        let failures = map(&mut ebpf, "CUDA_PROBE_STATS")?;
-        Ok(Self {
-            stats: PerCpuHashMap::try_from(stats).map_err(|source| CudaProbeError::Map {
-                name: "CUDA_STATS",
-                source,
-            })?,
-            batch: possible_cpus().map(BatchReader::new),
-            failures: PerCpuArray::try_from(failures).map_err(|source| CudaProbeError::Map {
-                name: "CUDA_PROBE_STATS",
-                source,
-            })?,
+/// Checks privileges, loads the programs and creates the maps; attaches nothing.
+pub fn load() -> Result<(Counters, Programs), CudaProbeError> {
+    let missing =
+        caps::missing_for_tracing(caps::effective().map_err(CudaProbeError::Capabilities)?);
+    if !missing.is_empty() {
+        return Err(CudaProbeError::MissingCapabilities(missing));
+    }
+    let cpus = aya::util::nr_cpus().map_or(1, |n| n.get());
+    let mut ebpf = EbpfLoader::new()
+        .map_max_entries("CUDA_STATS", stats_entries(cpus))
+        .load(PROGRAMS)?;
+    for name in [LAUNCH, CALL, RETURN] {
+        program(&mut ebpf, name)?
+            .load()
+            .map_err(|source| CudaProbeError::Program { name, source })?;
+    }
+    let map = |ebpf: &mut Ebpf, name: &'static str| {
+        ebpf.take_map(name).ok_or(CudaProbeError::Missing(name))
+    };
+    let stats = map(&mut ebpf, "CUDA_STATS")?;
+    let failures = map(&mut ebpf, "CUDA_PROBE_STATS")?;
+    let counters = Counters {
+        stats: PerCpuHashMap::try_from(stats).map_err(|source| CudaProbeError::Map {
+            name: "CUDA_STATS",
+            source,
+        })?,
+        batch: possible_cpus().map(BatchReader::new),
+        failures: PerCpuArray::try_from(failures).map_err(|source| CudaProbeError::Map {
+            name: "CUDA_PROBE_STATS",
+            source,
+        })?,
+    };
+    Ok((
+        counters,
+        Programs {
             ebpf,
             attached: HashMap::new(),
-        })
-    }
+        },
+    ))
+}
 
+impl Programs {
     pub fn is_attached(&self, key: (u64, u64)) -> bool {
         self.attached.contains_key(&key)
     }
 
     /// Attaches the programs to `points` of `lib` (from [`entry_points`]), for every process
-    /// that maps it. All or nothing: a failure detaches what this call attached.
+    /// that maps it, through the agent's own descriptor of the file (so the kernel probes the
+    /// inode that was checked, whatever its path names now). All or nothing: a failure detaches
+    /// what this call attached.
     pub fn attach(
         &mut self,
         lib: &LibraryFile,
@@ -213,6 +227,7 @@ impl CudaProbe {
                 })
                 .collect()
         };
+        let path = lib.probe_path();
         let mut links = Vec::new();
         for (name, launch) in [(LAUNCH, true), (CALL, false), (RETURN, false)] {
             let points = with_cookies(launch);
@@ -220,7 +235,7 @@ impl CudaProbe {
                 continue;
             }
             let attached = program(&mut self.ebpf, name).and_then(|p| {
-                p.attach(points, &lib.open_path, UProbeScope::AllProcesses)
+                p.attach(points, &path, UProbeScope::AllProcesses)
                     .map_err(|source| CudaProbeError::Program { name, source })
             });
             match attached {
@@ -256,7 +271,15 @@ impl CudaProbe {
         let all: Vec<_> = self.attached.drain().flat_map(|(_, l)| l).collect();
         self.detach_links(all);
     }
+}
 
+impl Drop for Programs {
+    fn drop(&mut self) {
+        self.detach_all();
+    }
+}
+
+impl Counters {
     /// Reads the cumulative counters, summed over CPUs, into `out` (cleared first).
     pub fn read(&mut self, out: &mut HashMap<TaskKey, CudaStats>) -> Result<(), CudaProbeError> {
         out.clear();
@@ -320,12 +343,6 @@ impl CudaProbe {
         for key in keys {
             let _ = self.stats.remove(key);
         }
-    }
-}
-
-impl Drop for CudaProbe {
-    fn drop(&mut self) {
-        self.detach_all();
     }
 }
 
