@@ -64,6 +64,7 @@ event_kinds! {
     ProbeFilterFull => "probe_filter_full", warn;
     ProbeIoAttachFailed => "probe_io_attach_failed", warn;
     CudaProbeAttachFailed => "cuda_probe_attach_failed", warn;
+    CudaProbeLimit => "cuda_probe_limit", warn;
     NotificationFailed => "notification_failed", warn;
     NotificationDropped => "notification_dropped", warn;
     NotificationRateLimited => "notification_rate_limited", warn;
@@ -82,18 +83,38 @@ pub trait InternalEvent {
     fn log(&self, message: &str, left_out: u64);
 }
 
+/// A field or message as a log line shows it: tenants name the files, cgroups and processes
+/// events speak of, with any bytes, so control characters are escaped
+/// ([`crate::model::bounded::terminal`]): a name cannot recolour the operator's terminal or
+/// start a forged line of its own.
+pub struct Printable<'a, T: std::fmt::Display>(pub &'a T);
+
+impl<T: std::fmt::Display> std::fmt::Display for Printable<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&crate::model::bounded::terminal(&self.0.to_string()))
+    }
+}
+
 /// Logs at a level chosen at run time, with the event's name, its fields and the repeats.
 macro_rules! log_event {
     ($kind:expr, $message:expr, $left_out:expr, $($field:ident = $value:expr),*) => {{
-        let (name, message, n) = ($kind.name(), $message, $left_out);
+        let (name, message, n) = (
+            $kind.name(),
+            $crate::model::bounded::terminal($message),
+            $left_out,
+        );
         macro_rules! at {
             ($lvl:ident) => {
                 if n == 0 {
-                    tracing::$lvl!(event = name, $($field = %$value,)* "{message}")
+                    tracing::$lvl!(
+                        event = name,
+                        $($field = %$crate::events::Printable(&$value),)*
+                        "{message}"
+                    )
                 } else {
                     tracing::$lvl!(
                         event = name,
-                        $($field = %$value,)*
+                        $($field = %$crate::events::Printable(&$value),)*
                         repeated = n,
                         "{message} (and {n} more times since it was last logged)"
                     )
@@ -150,7 +171,9 @@ pub use engine::{CriSpecUnreadable, DockerEventStreamLost, DockerRequestFailed};
 pub use host::{CgroupLookalike, CgroupStatsFailed, GpuProcessVanished, ProcReadFailed};
 pub use notify::{NotificationDropped, NotificationFailed, NotificationRateLimited};
 pub use nvml::NvmlCallFailed;
-pub use probes::{CudaProbeAttachFailed, ProbeFilterFull, ProbeIoAttachFailed, ProbeMapReadFailed};
+pub use probes::{
+    CudaProbeAttachFailed, CudaProbeLimit, ProbeFilterFull, ProbeIoAttachFailed, ProbeMapReadFailed,
+};
 pub use watchdog::SourceHung;
 
 /// Counters of internal events by [`EventKind`], shared by all sources.
@@ -283,6 +306,18 @@ mod tests {
         });
         let bytes = buffer.0.lock().unwrap().clone();
         String::from_utf8(bytes).unwrap()
+    }
+
+    #[test]
+    fn a_tenant_named_library_reaches_the_log_escaped_in_its_message_and_fields() {
+        // A container maps a "driver library" named with OSC and clear-screen bytes.
+        let line = logged(CudaProbeAttachFailed {
+            library: "/opt/\x1b]0;owned\x07\x1b[2J\nFAKE LINE/libcuda.so.1".into(),
+            error: "not a regular file".into(),
+        });
+        assert!(!line.contains('\x1b') && !line.contains('\x07'), "{line:?}");
+        assert_eq!(line.trim_end().lines().count(), 1, "{line:?}");
+        assert!(line.contains("\\u{1b}]0;owned"), "{line:?}");
     }
 
     #[test]
