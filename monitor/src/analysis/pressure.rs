@@ -281,6 +281,7 @@ mod tests {
             usage_seconds_total: 10.0,
             cores: Some(2.1),
             limit_cores: None,
+            cpuset_cpus: None,
             throttled_seconds_total: None,
             throttled_fraction: None,
             quota_periods: None,

@@ -423,6 +423,9 @@ pub struct CpuUsage {
     pub cores: Option<f64>,
     /// The CPU quota in cores (`None`: no quota).
     pub limit_cores: Option<f64>,
+    /// The CPUs its cpuset lets it run on (`None`: unknown).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpuset_cpus: Option<u32>,
     /// Time the quota held the cgroup back, since it was created.
     pub throttled_seconds_total: Option<f64>,
     /// Of the window, the share during which the quota held the cgroup back.

@@ -74,6 +74,7 @@ fn fill(w: &mut Workload, u: &CgroupUsage, prev: Previous, window: Option<f64>) 
         usage_seconds_total: u.cpu_usage_seconds_total,
         cores: rate(Some(u.cpu_usage_seconds_total), prev.cpu_seconds),
         limit_cores: u.cpu_limit_cores,
+        cpuset_cpus: u.cpuset_cpus,
         throttled_seconds_total: u.throttled_seconds_total,
         throttled_fraction: rate(u.throttled_seconds_total, prev.throttled_seconds)
             .map(|f| f.min(1.0)),

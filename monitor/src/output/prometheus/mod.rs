@@ -194,6 +194,7 @@ mod tests {
             usage_seconds_total: 10.0,
             cores: Some(2.0),
             limit_cores: Some(4.0),
+            cpuset_cpus: None,
             throttled_seconds_total: Some(1.0),
             throttled_fraction: Some(0.1),
             quota_periods: None,

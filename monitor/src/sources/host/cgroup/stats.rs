@@ -23,6 +23,9 @@ pub struct CgroupUsage {
     pub shmem_bytes: Option<u64>,
     /// The CPU quota in cores, `None` when unlimited (or the cpu controller is not available).
     pub cpu_limit_cores: Option<f64>,
+    /// The CPUs its cpuset lets it run on (`cpuset.cpus.effective`, v1
+    /// `cpuset.effective_cpus`), `None` where the cpuset controller is not available.
+    pub cpuset_cpus: Option<u32>,
     /// Time the CPU quota throttled the cgroup, since creation (`None`: not available).
     pub throttled_seconds_total: Option<f64>,
     /// Quota periods since creation: all those the cgroup ran in, and those it was throttled
@@ -55,6 +58,8 @@ pub struct CgroupStatsPaths {
     cpu: CpuSource,
     memory: MemorySource,
     quota: Option<QuotaSource>,
+    /// The file listing the CPUs its cpuset allows.
+    cpuset: Option<PathBuf>,
     pressure: Option<PressureFiles>,
 }
 
@@ -101,6 +106,7 @@ pub struct LimitsCache {
     rounds_left: u32,
     memory_limit_bytes: Option<u64>,
     cpu_limit_cores: Option<f64>,
+    cpuset_cpus: Option<u32>,
 }
 
 impl CgroupStatsPaths {
@@ -156,6 +162,15 @@ impl CgroupStatsPaths {
         } else {
             membership.unified_dir(layout).map(QuotaSource::V2)
         };
+        let cpuset = if layout.v1_mount("cpuset").is_some() {
+            membership
+                .controller_dir(layout, "cpuset")
+                .map(|dir| dir.join("cpuset.effective_cpus"))
+        } else {
+            membership
+                .unified_dir(layout)
+                .map(|dir| dir.join("cpuset.cpus.effective"))
+        };
         let pressure = membership
             .unified_dir(layout)
             .map(|dir| PressureFiles::new(&dir));
@@ -163,6 +178,7 @@ impl CgroupStatsPaths {
             cpu,
             memory,
             quota,
+            cpuset,
             pressure,
         })
     }
@@ -173,6 +189,11 @@ impl CgroupStatsPaths {
         if fresh {
             limits.memory_limit_bytes = self.memory_limit()?;
             limits.cpu_limit_cores = self.cpu_limit();
+            limits.cpuset_cpus = self
+                .cpuset
+                .as_deref()
+                .and_then(|p| std::fs::read_to_string(p).ok())
+                .and_then(|t| cpu_list_len(&t));
             limits.rounds_left = LIMITS_EVERY;
         }
         limits.rounds_left -= 1;
@@ -236,6 +257,7 @@ impl CgroupStatsPaths {
             page_cache_bytes,
             shmem_bytes,
             cpu_limit_cores: limits.cpu_limit_cores,
+            cpuset_cpus: limits.cpuset_cpus,
             throttled_seconds_total,
             periods_total,
             pressure: self.pressure.as_mut().and_then(PressureFiles::read),
@@ -278,6 +300,25 @@ impl CgroupStatsPaths {
             }
         }
     }
+}
+
+/// How many CPUs a CPU list names ("0-3,8,10-11": 7), `None` when it is not one (or empty:
+/// a cpuset without CPUs of its own uses its parent's).
+fn cpu_list_len(text: &str) -> Option<u32> {
+    let mut n = 0u32;
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        n += match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (a.parse::<u32>().ok()?, b.parse::<u32>().ok()?);
+                b.checked_sub(a)? + 1
+            }
+            None => {
+                part.parse::<u32>().ok()?;
+                1
+            }
+        };
+    }
+    (n > 0).then_some(n)
 }
 
 /// A `name value` line of a flat-keyed file such as `cpu.stat`.
@@ -328,6 +369,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_cpu_list_is_counted() {
+        assert_eq!(cpu_list_len("0-1\n"), Some(2));
+        assert_eq!(cpu_list_len("0-3,8,10-11"), Some(7));
+        assert_eq!(cpu_list_len("5"), Some(1));
+        assert_eq!(cpu_list_len("\n"), None);
+        assert_eq!(cpu_list_len("3-1"), None);
+        assert_eq!(cpu_list_len("a-b"), None);
+    }
+
+    #[test]
     fn reads_v2_files() {
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join("job");
@@ -340,6 +391,7 @@ mod tests {
         std::fs::write(dir.join("memory.current"), "1048576\n").unwrap();
         std::fs::write(dir.join("memory.max"), "max\n").unwrap();
         std::fs::write(dir.join("cpu.max"), "50000 100000\n").unwrap();
+        std::fs::write(dir.join("cpuset.cpus.effective"), "0-1\n").unwrap();
         std::fs::write(
             dir.join("cpu.stat"),
             "usage_usec 2500000\nuser_usec 2000000\nnr_periods 20\nnr_throttled 7\nthrottled_usec 1500000\n",
@@ -353,6 +405,7 @@ mod tests {
         assert_eq!(u.memory_bytes, 1 << 20);
         assert_eq!(u.memory_limit_bytes, None);
         assert_eq!(u.cpu_limit_cores, Some(0.5));
+        assert_eq!(u.cpuset_cpus, Some(2));
         assert_eq!(u.throttled_seconds_total, Some(1.5));
         assert_eq!(
             u.periods_total,
