@@ -128,10 +128,25 @@ fn try_cuda_launch(ctx: &ProbeContext) -> Result<(), u32> {
             (*s).launches += 1;
         }
     }
-    // A synchronisation after this waits for the kernel, not for an earlier copy.
-    if let Some(c) = CUDA_CALLS.get_ptr_mut(tid) {
+    // A synchronisation after this waits for the kernel, not for an earlier copy, and a run
+    // of copies ends. (The thread's entry is made here if its first call is a launch: a copy
+    // after it must know a kernel was launched.)
+    match CUDA_CALLS.get_ptr_mut(tid) {
         // SAFETY: the thread's own entry; only this thread's probes write it.
-        unsafe { (*c).after_copy = 0 };
+        Some(c) => unsafe {
+            (*c).after_copy = 0;
+            (*c).launched = 1;
+            (*c).run_end_ns = 0;
+        },
+        None => {
+            let call = CudaCall {
+                launched: 1,
+                ..CudaCall::default()
+            };
+            CUDA_CALLS
+                .insert(tid, call, 0)
+                .map_err(|_| cuda_stat::MAP_UPDATE_FAILED)?;
+        }
     }
     Ok(())
 }
@@ -145,7 +160,8 @@ fn try_cuda_call(ctx: &ProbeContext) -> Result<(), u32> {
     let kind = cookie(ctx);
     let (_, tid) = current();
     let sp = stack_pointer(ctx.regs);
-    let bytes = if call_kind::copy_index(kind).is_some() {
+    let copy = call_kind::copy_index(kind).is_some();
+    let bytes = if copy {
         ctx.arg::<u64>(2).unwrap_or(0)
     } else {
         0
@@ -165,6 +181,12 @@ fn try_cuda_call(ctx: &ProbeContext) -> Result<(), u32> {
                 (*c).sp = sp;
                 (*c).kind = kind;
                 (*c).bytes = bytes;
+                // A copy in a run of copies: the loop's time since the run's last call.
+                (*c).between_ns = if copy && (*c).run_end_ns != 0 {
+                    now.saturating_sub((*c).run_end_ns)
+                } else {
+                    0
+                };
             }
         }
         None => {
@@ -173,7 +195,7 @@ fn try_cuda_call(ctx: &ProbeContext) -> Result<(), u32> {
                 sp,
                 kind,
                 bytes,
-                after_copy: 0,
+                ..CudaCall::default()
             };
             CUDA_CALLS
                 .insert(tid, call, 0)
@@ -206,7 +228,8 @@ fn try_cuda_return(ctx: &RetProbeContext) -> Result<(), u32> {
         taken
     };
     // SAFETY: helper without preconditions.
-    let ns = unsafe { bpf_ktime_get_ns() }.saturating_sub(start);
+    let now = unsafe { bpf_ktime_get_ns() };
+    let ns = now.saturating_sub(start);
     let s = stats(&key)?;
     // SAFETY: a per-CPU value of this task, written only by this CPU; the thread's own entry.
     unsafe {
@@ -215,26 +238,33 @@ fn try_cuda_return(ctx: &RetProbeContext) -> Result<(), u32> {
                 copy.count += 1;
                 copy.bytes += bytes;
                 copy.call_ns += ns;
+                copy.between_ns += (*c).between_ns;
             }
-            (*c).after_copy = if bytes >= COPY_WAIT_MIN_BYTES {
+            (*c).after_copy = if bytes >= COPY_WAIT_MIN_BYTES || (*c).launched == 0 {
                 kind
             } else {
                 0
             };
+            (*c).run_end_ns = now;
         } else if kind == call_kind::SYNC {
             match call_kind::copy_index((*c).after_copy) {
                 Some(i) => {
                     if let Some(copy) = (*s).copies.get_mut(i) {
                         copy.wait_ns += ns;
                     }
+                    // the run of copies goes on past the wait for them
+                    (*c).run_end_ns = now;
                 }
                 None => {
                     (*s).syncs += 1;
                     (*s).sync_ns += ns;
+                    (*c).run_end_ns = 0;
                 }
             }
             (*c).after_copy = 0;
+            (*c).launched = 0;
         }
+        (*c).between_ns = 0;
     }
     Ok(())
 }

@@ -1,9 +1,9 @@
 //! What the GPU processes asked of the CUDA driver in one window: kernel launches, copies and
 //! synchronisations, from uprobes on the driver library (see `sources::cuda_probe`).
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One direction of copies in a window.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Transfer {
     pub count: u64,
     pub bytes: u64,
@@ -14,12 +14,29 @@ pub struct Transfer {
     /// Time in the synchronisations that waited for these copies right after them (a
     /// blocking `tensor.to("cuda")` is a copy and a stream synchronise).
     pub wait_seconds: f64,
+    /// The calling thread's own time between back-to-back copies (a loop of `tensor.to()`):
+    /// issuing them.
+    #[serde(default)]
+    pub between_seconds: f64,
 }
 
 impl Transfer {
+    pub const ZERO: Self = Self {
+        count: 0,
+        bytes: 0,
+        call_seconds: 0.0,
+        wait_seconds: 0.0,
+        between_seconds: 0.0,
+    };
+
     /// The time the thread was held by these copies: in the calls and waiting for them.
     pub fn seconds(&self) -> f64 {
         self.call_seconds + self.wait_seconds
+    }
+
+    /// That, and its own time issuing them back to back.
+    pub fn with_issuing(&self) -> f64 {
+        self.seconds() + self.between_seconds
     }
 
     pub fn add(&mut self, o: &Self) {
@@ -27,11 +44,12 @@ impl Transfer {
         self.bytes += o.bytes;
         self.call_seconds += o.call_seconds;
         self.wait_seconds += o.wait_seconds;
+        self.between_seconds += o.between_seconds;
     }
 }
 
 /// CUDA driver calls of one thread or set of threads in a window.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CudaCalls {
     /// Kernel launches (`cuLaunchKernel`, `cuLaunchKernelEx`, cooperative launches).
     pub launches: u64,
@@ -63,10 +81,26 @@ impl CudaCalls {
     pub fn host_copy_seconds(&self) -> f64 {
         self.h2d.seconds() + self.d2h.seconds() + self.other_copies.seconds()
     }
+
+    /// That, and the thread's own time issuing them back to back.
+    pub fn host_copy_seconds_with_issuing(&self) -> f64 {
+        self.h2d.with_issuing() + self.d2h.with_issuing() + self.other_copies.with_issuing()
+    }
+
+    /// Calls made: launches (graph launches too), copies, synchronisations.
+    pub fn calls(&self) -> u64 {
+        self.launches
+            + self.graph_launches
+            + self.h2d.count
+            + self.d2h.count
+            + self.d2d.count
+            + self.other_copies.count
+            + self.syncs
+    }
 }
 
 /// One GPU process's calls in a window.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct CudaProcessCalls {
     pub pid: u32,
     /// All its threads.
@@ -76,7 +110,7 @@ pub struct CudaProcessCalls {
 }
 
 /// A workload's CUDA driver calls in one window.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CudaWindow {
     /// Whether the probes were attached for the whole window: without it the figures are
     /// partial (attached during it) or empty (not attached), not zero.

@@ -355,6 +355,7 @@ pub fn add(total: &mut CudaStats, o: &CudaStats) {
         a.bytes += b.bytes;
         a.call_ns += b.call_ns;
         a.wait_ns += b.wait_ns;
+        a.between_ns += b.between_ns;
     }
     total.syncs += o.syncs;
     total.sync_ns += o.sync_ns;
