@@ -17,8 +17,11 @@
  *   `tensor.to("cuda")` taking 32.8 ms, call and stream synchronise together. The copy waits
  *   for the work queued before it (the driver synchronises the stream first for pageable
  *   memory). Device-to-device copies are queued like kernels (4 x 64 MiB took 0.6 ms).
- * - A synchronise (stream, context, event) returns once the queued work is done: it sleeps
- *   until then. `.item()` (a launch, a 4-byte copy, a stream synchronise) waits that way.
+ * - A synchronise (stream, context, event) returns once the queued work is done, spinning
+ *   until then: PyTorch's default (cudaDeviceScheduleAuto with one context) spins. On the H100
+ *   host `.item()` and an event's synchronize() waiting 1.985 s for a kernel took 1.984 and
+ *   1.985 s of their thread's CPU (tests/gpu/busy_and_sync.py). FAKE_CUDA_SYNC=sleep sleeps
+ *   instead, as cudaDeviceScheduleBlockingSync does.
  * - cuLaunchHostFunc queues a host function the stream waits for: the job's sync scenario
  *   (usleep(8000) on the real driver's callback thread); here its argument is the microseconds
  *   the stream is held.
@@ -28,6 +31,7 @@
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 typedef int CUresult;
@@ -35,6 +39,7 @@ typedef void *CUstream;
 
 static double kernel_us = 2.7;
 static double copy_gbps = 8.2;
+static int sync_sleeps;
 static uint64_t queue_until_ns; /* when the work queued so far is done */
 
 static uint64_t now_ns(void) {
@@ -46,8 +51,10 @@ static uint64_t now_ns(void) {
 __attribute__((constructor)) static void configure(void) {
     const char *k = getenv("FAKE_CUDA_KERNEL_US");
     const char *c = getenv("FAKE_CUDA_COPY_GBPS");
+    const char *y = getenv("FAKE_CUDA_SYNC");
     if (k) kernel_us = atof(k);
     if (c) copy_gbps = atof(c);
+    sync_sleeps = y && strcmp(y, "sleep") == 0;
 }
 
 static void queue(double us) {
@@ -70,7 +77,12 @@ static void spin_for(uint64_t ns) {
 }
 
 static CUresult sync_queue(void) {
-    sleep_until(queue_until_ns);
+    if (sync_sleeps) {
+        sleep_until(queue_until_ns);
+    } else {
+        uint64_t now = now_ns();
+        if (queue_until_ns > now) spin_for(queue_until_ns - now);
+    }
     return 0;
 }
 
