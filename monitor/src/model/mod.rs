@@ -38,7 +38,7 @@ pub use verdict::{
 };
 pub use workload::{CgroupMode, WorkloadId, WorkloadKind};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
@@ -271,7 +271,7 @@ pub enum BusySource {
 }
 
 /// How a GPU's busy time was divided between its holders (see `busy_split`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SplitMethod {
     /// Nobody holds the GPU.
@@ -341,7 +341,7 @@ pub struct GpuProcess {
     pub busy_fraction: Option<f64>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Workload {
     pub id: WorkloadId,
     pub kind: WorkloadKind,
@@ -350,10 +350,11 @@ pub struct Workload {
     #[serde(serialize_with = "crate::model::bounded::json")]
     pub name: String,
     /// The container, shared with the Docker cache: its JSON leaves out the PID and labels.
+    #[serde(skip_deserializing)]
     pub container: Option<Arc<ContainerInfo>>,
     /// Docker lists this container as running, but asking about it failed (why): its name and
     /// image are unknown until a retry succeeds, and it is not a container that is gone.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_unverified: Option<String>,
     /// The workload stopped during the window (its cgroup is gone): this is its last, partial
     /// window, reported once, with the CPU and memory last read.
@@ -364,7 +365,7 @@ pub struct Workload {
     pub memory: Option<MemoryUsage>,
     /// Its cgroup's pressure stall information over the window (`None` in the first round, or
     /// where the kernel or hierarchy has none).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pressure: Option<Pressure>,
     pub gpu: WorkloadGpu,
     /// What the eBPF probes saw of the workload's processes in the window.
@@ -372,19 +373,23 @@ pub struct Workload {
     /// What its GPU processes asked of the CUDA driver in the window (uprobes).
     pub cuda: Option<CudaWindow>,
     /// Why the GPU idles, for workloads holding a GPU (see `analysis`).
+    #[serde(skip_deserializing)]
     pub verdict: Option<Verdict>,
     /// How far the batch can grow before the tightest of its GPUs runs out of memory.
+    #[serde(skip_deserializing)]
     pub oom_headroom: Option<OomHeadroom>,
     /// A container's own configuration (shm, limits, its GPUs) against what it uses.
+    #[serde(skip_deserializing)]
     pub config: Option<ContainerConfig>,
     /// One per GPU process when the workload's processes hold more than one GPU (a distributed
     /// job's ranks); empty otherwise.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_deserializing, skip_serializing_if = "Vec::is_empty")]
     pub ranks: Vec<Rank>,
     /// The rank the others wait for, when the ranks spread apart (see `analysis`).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
     pub straggler: Option<Straggler>,
     /// Why a section above is missing, by section.
+    #[serde(skip_deserializing)]
     pub errors: BTreeMap<&'static str, String>,
 }
 
@@ -416,7 +421,7 @@ impl Workload {
     }
 }
 
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct CpuUsage {
     pub usage_seconds_total: f64,
     /// CPU cores used on average over the window (`None` in the first round).
@@ -424,7 +429,7 @@ pub struct CpuUsage {
     /// The CPU quota in cores (`None`: no quota).
     pub limit_cores: Option<f64>,
     /// The CPUs its cpuset lets it run on (`None`: unknown).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpuset_cpus: Option<u32>,
     /// Time the quota held the cgroup back, since it was created.
     pub throttled_seconds_total: Option<f64>,
@@ -449,7 +454,7 @@ pub struct PressureTotals {
 /// Pressure stall information over the window: the share of it during which some of the
 /// workload's tasks (`some`), or all of its non-idle ones at once (`full`), waited for a CPU
 /// (its quota's throttling included), for I/O, or for memory (reclaim, swap-in, refaults).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Pressure {
     pub cpu_some: f64,
     pub io_some: f64,
@@ -488,7 +493,7 @@ impl Snapshot {
 
 /// A CPU quota's enforcement periods (100 ms each by default) since the cgroup was created:
 /// `cpu.stat`'s `nr_periods` (periods in which it had work) and `nr_throttled`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QuotaPeriods {
     pub periods: u64,
     pub throttled: u64,
@@ -501,19 +506,19 @@ impl QuotaPeriods {
     }
 }
 
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct MemoryUsage {
     /// All memory charged to the cgroup, page cache included.
     pub usage_bytes: u64,
     pub limit_bytes: Option<u64>,
     /// Page cache charged to it (files read or written; shmem included), when `memory.stat`
     /// could be read.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub page_cache_bytes: Option<u64>,
     /// The workload's own memory: the usage less the page cache, shmem kept (anonymous memory,
     /// `/dev/shm`, the kernel's for it). What grows when a job leaks; the cache grows with
     /// every file read and is given back under pressure.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub own_bytes: Option<u64>,
 }
 
@@ -535,7 +540,7 @@ impl MemoryUsage {
     }
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct WorkloadGpu {
     /// GPU memory of all the workload's processes on all GPUs.
     pub memory_bytes: u64,
@@ -547,7 +552,7 @@ pub struct WorkloadGpu {
     /// Host CPU time of its GPU processes in the window (each process once), when every one of
     /// them was measured: every round on shared GPUs and without stall tracing, where it tells
     /// the training loop's CPU work from the loader's.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process_cpu: Option<ProcessCpu>,
 }
 
@@ -580,14 +585,33 @@ impl WorkloadGpu {
     }
 }
 
+impl WorkloadGpu {
+    /// [`Self::idle_fraction`] with copies taken out of the busy share where GPM measured the
+    /// kernels' part of it (utilisation counts a copy as busy): the time its kernels could have
+    /// had.
+    pub fn kernel_idle_fraction(&self) -> Option<f64> {
+        let idle = self.idle_fraction()?;
+        let kernel: Vec<f64> = self
+            .per_gpu
+            .iter()
+            .filter_map(|s| Some(s.device_busy_fraction? * s.kernel_fraction?))
+            .collect();
+        if kernel.is_empty() {
+            return Some(idle);
+        }
+        let busy = kernel.iter().sum::<f64>() / kernel.len() as f64;
+        Some(idle.max(1.0 - busy))
+    }
+}
+
 /// Host CPU time of a workload's GPU processes over a window.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProcessCpu {
     pub seconds: f64,
     pub processes: usize,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WorkloadGpuShare {
     pub index: u32,
     pub uuid: Option<String>,
@@ -603,6 +627,12 @@ pub struct WorkloadGpuShare {
     /// GPM: of the SMs, the share busy while a kernel ran (SM activity over engine activity,
     /// percent), when the workload is this GPU's only active holder.
     pub sm_activity_percent: Option<f64>,
+    /// GPM: of the GPU's busy time, the share its engine ran kernels (engine activity over the
+    /// utilisation, over the GPM span holding the window), when the workload is its only
+    /// active holder: utilisation counts copies as busy, the engine does not (synchronous
+    /// pinned copies on an H100 host: 91.5 % utilisation, 0.01 % engine activity).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_fraction: Option<f64>,
     /// The GPU's PCIe traffic, both directions (bytes/s), when the workload is its only active
     /// holder.
     pub pcie_bytes_per_second: Option<f64>,
@@ -614,7 +644,7 @@ pub struct WorkloadGpuShare {
 /// A workload's part of a GPU's energy over a window (joules): its busy part of the GPU's
 /// time, and the GPU's idle time shared equally by those holding it (memory held keeps it
 /// theirs).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ShareEnergy {
     pub busy_joules: f64,
     pub idle_joules: f64,
@@ -631,6 +661,7 @@ impl WorkloadGpuShare {
             split: None,
             device_busy_fraction: None,
             sm_activity_percent: None,
+            kernel_fraction: None,
             pcie_bytes_per_second: None,
             energy: None,
             pids: Vec::new(),
@@ -639,7 +670,7 @@ impl WorkloadGpuShare {
 }
 
 /// The workload's processes as the eBPF probes saw them over one window.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct StallWindow {
     /// The unified-hierarchy cgroup id the probes key on.
     pub cgroup_id: u64,
@@ -653,8 +684,32 @@ pub struct StallWindow {
     pub io_traced: bool,
 }
 
+impl StallWindow {
+    /// The share of a `window` the training loop was at work on the host, mean over the GPU
+    /// processes: the main thread on a CPU or waiting for one, and the other threads' work
+    /// while it waited on them (autograd's backward pass, a thread pool), at most the window.
+    /// `None` without a GPU process.
+    pub fn loop_busy(&self, window: f64) -> Option<f64> {
+        let shares: Vec<f64> = self
+            .processes
+            .iter()
+            .filter(|p| p.role == ProcessRole::Gpu)
+            .map(|p| {
+                let m = p.main_thread.unwrap_or_default();
+                let main = (m.on_cpu_seconds + m.runq_seconds) / window;
+                let others =
+                    (p.on_cpu_seconds + p.runq_seconds - m.on_cpu_seconds - m.runq_seconds)
+                        .max(0.0)
+                        / window;
+                (main + others.min(m.sleep_seconds / window)).min(1.0)
+            })
+            .collect();
+        (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64)
+    }
+}
+
 /// What a process of the workload does for the GPU.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ProcessRole {
     /// Holds a GPU context.
@@ -664,7 +719,7 @@ pub enum ProcessRole {
 }
 
 /// Thread-state time of one process (all its threads) in the window.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct ProcessStall {
     pub pid: u32,
     pub role: ProcessRole,
@@ -681,7 +736,7 @@ pub struct ProcessStall {
 }
 
 /// One thread's state times in the window.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ThreadTimes {
     pub on_cpu_seconds: f64,
     pub runq_seconds: f64,
@@ -690,7 +745,7 @@ pub struct ThreadTimes {
 }
 
 /// Count, bytes and latency of a kind of I/O in the window.
-#[derive(Clone, Copy, Debug, Default, Serialize)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
 pub struct IoSummary {
     pub count: u64,
     pub bytes: u64,
@@ -771,6 +826,7 @@ pub mod test_support {
             loader: None,
             host: None,
             host_bound_share: None,
+            idle_explained_fraction: None,
             cpu_throttled_fraction: None,
             contention: None,
             speedup: None,

@@ -1,10 +1,10 @@
 //! Workload identities: what a cgroup belongs to (a container, a unit, a job, the host), and the
 //! host's cgroup mode.
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// What kind of workload a cgroup belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WorkloadKind {
     Docker,
@@ -83,6 +83,19 @@ impl fmt::Display for WorkloadId {
 impl Serialize for WorkloadId {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(self)
+    }
+}
+
+/// `kind:id`, as it is written (a recording read back).
+impl<'de> Deserialize<'de> for WorkloadId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        let (kind, id) = text
+            .split_once(':')
+            .ok_or_else(|| serde::de::Error::custom(format!("{text:?} is not kind:id")))?;
+        let kind =
+            WorkloadKind::deserialize(serde::de::value::StrDeserializer::<D::Error>::new(kind))?;
+        Ok(Self::new(kind, id))
     }
 }
 

@@ -167,6 +167,7 @@ impl Completion<'_> {
             split: result.method,
         });
         let per_process = !result.method.is_exact() && result.method != SplitMethod::Unknown;
+        let kernel_fraction = self.kernel_fraction(g);
         // Each workload's part: the sum of its processes' shares, unknown if any is.
         let mut parts: BTreeMap<&WorkloadId, Option<f64>> = BTreeMap::new();
         for (p, share) in g.processes.iter_mut().zip(&result.shares) {
@@ -192,6 +193,7 @@ impl Completion<'_> {
             share.sm_activity_percent = alone
                 .then(|| g.sm_activity.and_then(|a| sm_while_busy(&a)))
                 .flatten();
+            share.kernel_fraction = alone.then_some(kernel_fraction).flatten();
             share.pcie_bytes_per_second = alone
                 .then(|| {
                     g.pcie
@@ -199,6 +201,19 @@ impl Completion<'_> {
                 })
                 .flatten();
         }
+    }
+
+    /// Of the GPU's busy time over its GPM span, the share its engine ran kernels: the engine
+    /// activity over the utilisation series' busy share across the same span (both time
+    /// averages); `None` without both, or on a GPU nearly idle over the span.
+    fn kernel_fraction(&self, g: &Gpu) -> Option<f64> {
+        let a = g.sm_activity?;
+        let engine = a.engine_percent? / 100.0;
+        let span = self
+            .gpu?
+            .busy(g.device.index, a.start_unix_ms * 1000, a.end_unix_ms * 1000)
+            .filter(|w| w.coverage >= 0.5)?;
+        (span.fraction >= 0.01).then(|| (engine / span.fraction).min(1.0))
     }
 
     /// The GPU's busy share over (a, b], best source first: the utilisation series, GPM's
