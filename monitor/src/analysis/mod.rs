@@ -8,9 +8,6 @@ pub mod config_checks;
 pub mod contention;
 pub mod energy;
 pub mod headroom;
-pub mod host_side;
-pub mod pressure;
-pub mod speedup;
 pub mod straggler;
 pub mod verdict;
 

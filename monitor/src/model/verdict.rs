@@ -108,38 +108,53 @@ pub struct LoaderSummary {
     pub blocked_share: f64,
 }
 
-/// The host side of the training step in one window: what the GPU processes' main threads (the
-/// training loop) did while the GPU waited.
+/// The host side of the training step in one window: what the training loop, every thread of
+/// its GPU processes, did while the GPU waited. A PyTorch process is not one thread: autograd
+/// runs the backward pass on a device thread of its own, and thread pools, native tokenizers
+/// and image decoders do a trainer's CPU work while its main thread waits on them.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct HostSide {
     /// Whether the CUDA driver calls were traced for the whole window. Without them the cause is
     /// told from PCIe traffic, SM activity and thread states, and the shares below that need
     /// them are `None`.
     pub cuda_traced: bool,
-    /// The training loop's share of the window on a CPU or waiting for one (mean over the GPU
-    /// processes' main threads).
+    /// The training loop's share of the window at work on the host (mean over the GPU
+    /// processes): its main thread on a CPU or waiting for one, and its other threads' work
+    /// while the main thread waited on them, at most the window.
     pub trainer_busy_fraction: f64,
+    /// Of that, the main thread alone.
+    pub main_thread_busy_fraction: f64,
+    /// The GPU processes' other threads on a CPU or waiting for one, in CPUs (mean over the
+    /// processes): autograd's device threads, pools, tokenizers, decoders.
+    pub other_threads_cores: f64,
+    /// The share of the window its GPUs ran kernels: the busy share with copies taken out (GPM's
+    /// engine activity, or the copies traced beside heavy PCIe traffic). NVML's utilisation
+    /// counts a copy as busy: synchronous pinned copies read 91.5 % on an H100 host while the
+    /// engine ran nothing.
+    pub kernel_busy_fraction: f64,
     /// The busy share of its GPUs, all their holders together (mean over its GPUs): what an
     /// untraced loop may have spent spinning in synchronisations.
     pub device_busy_fraction: f64,
-    /// Its share of the window in copies between host and GPU (in the calls and waiting for
-    /// them).
+    /// Its share of the window in copies between host and GPU: in the calls, waiting for them,
+    /// and the loop's own time issuing them.
     pub copy_share: Option<f64>,
     /// Its share of the window in synchronisations (stream, context, event), and the part of
     /// it the GPU had nothing to run: the sync share less the GPU's busy share.
     pub sync_share: Option<f64>,
     pub sync_idle_share: Option<f64>,
-    /// Kernel launches per second, all the GPU processes.
+    /// Kernel launches per second, all the GPU processes, and the share of them made by
+    /// threads other than the main one (autograd's backward pass).
     pub launches_per_second: Option<f64>,
+    pub other_threads_launch_share: Option<f64>,
     /// The training loop's own busy time (below) per kernel it launched, µs: a loop that does
     /// nothing but issue kernels spends a few µs each (eager PyTorch: 7.5 on an H100 host).
     pub host_us_per_launch: Option<f64>,
-    /// GPU time per kernel launched, µs (the busy time over the launches).
+    /// GPU time per kernel launched, µs (the kernels' busy time over the launches).
     pub gpu_us_per_launch: Option<f64>,
-    /// The training loop's own work on the CPU: its busy share less the time in copies and
-    /// synchronisations (a thread spinning in a synchronise is on a CPU). Issuing kernels is
-    /// part of it. Without the CUDA calls traced, its busy share beyond the GPU's busy time:
-    /// the part that surely is not a spin.
+    /// The training loop's own work on the host: its work less the time in copies and
+    /// synchronisations (a thread spinning in a synchronise is on a CPU; PyTorch spins by
+    /// default). Issuing kernels is part of it. Without the CUDA calls traced, its work beyond
+    /// the GPU's busy time: the part that surely is not a spin.
     pub own_cpu_share: f64,
     /// PCIe traffic of its GPUs, both directions, bytes per second, when measured.
     pub pcie_bytes_per_second: Option<f64>,
@@ -181,6 +196,10 @@ pub struct Verdict {
     /// (copying, synchronising while the GPU idled, or its own CPU work: issuing kernels for
     /// launches).
     pub host_bound_share: Option<f64>,
+    /// How much of the GPU's idle time the measured causes explain together (0 to 1); `None`
+    /// where they were not measured (without stall tracing, or a GPU-bound window).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_explained_fraction: Option<f64>,
     pub cpu_throttled_fraction: Option<f64>,
     /// Other workloads' use of the GPUs it holds, when another holder kept one busy.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -194,7 +194,7 @@ pub struct ContainerSummary {
     /// At the config's `prices`, when it has any.
     pub cost: Option<Cost>,
     /// What removing its main verdict's bottleneck would buy, from the time-weighted mean busy
-    /// and cause shares of that verdict's samples (`analysis::speedup::estimate`); none for a
+    /// and cause shares of that verdict's samples (`analysis::verdict::speedup::estimate`); none for a
     /// verdict that names no bottleneck or without the shares (contention's is not recorded).
     pub speedup: Option<crate::model::Speedup>,
     /// The advice of its main verdict, the last the recording wrote for it.
@@ -510,7 +510,7 @@ fn run_speedup(
     if time <= 0.0 || kind == crate::model::VerdictKind::Contention {
         return None;
     }
-    crate::analysis::speedup::estimate(
+    crate::analysis::verdict::speedup::estimate(
         kind,
         busy / time,
         share / time,

@@ -4,15 +4,15 @@
 //! into each workload's [`CudaWindow`].
 //!
 //! Wanted while a round shows a workload whose GPU idles at least `idle_share` of the window
-//! while its training loop (the GPU processes' main threads) is busy at least `active_share` of
-//! it: the case where thread states alone cannot tell copies, launches, synchronisation and the
+//! while its training loop (every thread of its GPU processes) is at work at least
+//! `active_share` of it: the case where thread states alone cannot tell copies, launches, synchronisation and the
 //! loop's own CPU work apart. Rounds are looked at as they are taken (the GPU's instantaneous
 //! reading for its busy share) and again once published (the series').
 use super::demand::{Demand, TracingMode};
 use crate::events::{EventCounters, ProbeMapReadFailed, SourceHung};
 use crate::model::{
-    CudaCalls, CudaProcessCalls, CudaTracingState, CudaWindow, Gpu, ProcessRole, Snapshot,
-    SourceError, SourceState, Transfer, Workload,
+    CudaCalls, CudaProcessCalls, CudaTracingState, CudaWindow, Gpu, Snapshot, SourceError,
+    SourceState, Transfer, Workload,
 };
 use crate::sources::cuda_probe::attacher::{AttachState, Attacher, Limits, Plan};
 use crate::sources::cuda_probe::{self, Counters};
@@ -339,6 +339,7 @@ fn delta(now: &CudaStats, before: &CudaStats) -> Option<CudaStats> {
         c.bytes = n.bytes.checked_sub(b.bytes)?;
         c.call_ns = n.call_ns.checked_sub(b.call_ns)?;
         c.wait_ns = n.wait_ns.checked_sub(b.wait_ns)?;
+        c.between_ns = n.between_ns.checked_sub(b.between_ns)?;
     }
     Some(d)
 }
@@ -349,6 +350,7 @@ fn calls(s: &CudaStats) -> CudaCalls {
         bytes: s.copies[i].bytes,
         call_seconds: s.copies[i].call_ns as f64 / 1e9,
         wait_seconds: s.copies[i].wait_ns as f64 / 1e9,
+        between_seconds: s.copies[i].between_ns as f64 / 1e9,
     };
     CudaCalls {
         launches: s.launches,
@@ -362,19 +364,10 @@ fn calls(s: &CudaStats) -> CudaCalls {
     }
 }
 
-/// The share of the window the workload's training loop (its GPU processes' main threads, mean)
-/// was on a CPU or waiting for one; `None` without them.
+/// The share of the window the workload's training loop (every thread of its GPU processes:
+/// autograd launches the backward pass from a thread of its own) was at work.
 fn loop_busy(w: &Workload, window: f64) -> Option<f64> {
-    let mains: Vec<f64> = w
-        .stalls
-        .as_ref()?
-        .processes
-        .iter()
-        .filter(|p| p.role == ProcessRole::Gpu)
-        .filter_map(|p| p.main_thread)
-        .map(|m| (m.on_cpu_seconds + m.runq_seconds) / window)
-        .collect();
-    (!mains.is_empty()).then(|| mains.iter().sum::<f64>() / mains.len() as f64)
+    w.stalls.as_ref()?.loop_busy(window)
 }
 
 /// Why a workload whose GPU sat `idle` (share of the window) needs the evidence, in words, or
@@ -396,7 +389,7 @@ fn needs_evidence(snap: &Snapshot, c: &CudaTracingConfig) -> Option<String> {
     let window = snap.window_seconds.filter(|w| *w > 0.0)?;
     snap.workloads
         .iter()
-        .find_map(|w| needs(w, w.gpu.idle_fraction()?, window, c))
+        .find_map(|w| needs(w, w.gpu.kernel_idle_fraction()?, window, c))
 }
 
 /// The same of a round as it is taken, before its GPU series: the instantaneous utilisation
@@ -435,7 +428,7 @@ fn needs_evidence_now<'a>(
 mod tests {
     use super::*;
     use crate::model::test_support::{container, snapshot};
-    use crate::model::{ProcessStall, StallWindow, ThreadTimes};
+    use crate::model::{ProcessRole, ProcessStall, StallWindow, ThreadTimes};
 
     fn round(busy: f64, trainer_on_cpu: f64) -> Snapshot {
         let mut w = container("trainer");

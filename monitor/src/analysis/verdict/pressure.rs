@@ -20,7 +20,9 @@
 //!   time or more;
 //! - `input-bound: CPU`: the container's other processes used `pressure_loader_cores_min` CPUs
 //!   or more while the GPU idled (the GPU-bound phase of the same job: 0.09).
-use super::verdict::VerdictConfig;
+use super::advice::Cpus;
+use super::words::pct;
+use super::VerdictConfig;
 use crate::model::{Pressure, VerdictKind, Workload};
 
 /// A window's CPU time split between the GPU processes and the rest of the container.
@@ -62,9 +64,11 @@ pub fn cpu_cause(
 }
 
 /// What to do, for a cause [`cpu_cause`] found.
-pub fn cpu_advice(kind: VerdictKind, figure: f64, idle: f64, cpus: Option<u32>) -> String {
+pub fn cpu_advice(kind: VerdictKind, figure: f64, idle: f64, cpus: &Cpus) -> String {
     let coarse = "Told from CPU times, without stall tracing.";
-    let cores = super::verdict::host_cores(cpus);
+    let cores = cpus
+        .describe()
+        .map_or_else(String::new, |d| format!(" (the container may use {d})"));
     if kind == VerdictKind::HostCpu {
         return format!(
             "The training loop (the GPU processes) was on a CPU {} of the window beyond the \
@@ -123,7 +127,7 @@ pub fn evidence(p: &Pressure, why_no_tracing: &str) -> String {
 }
 
 /// What to do, for a cause `cause` found.
-pub fn advice(kind: VerdictKind, share: f64, w: &Workload, idle: f64) -> String {
+pub fn advice(kind: VerdictKind, share: f64, w: &Workload, idle: f64, cpus: &Cpus) -> String {
     let coarse = "Told from pressure stall information, without stall tracing: it cannot say \
                   whether the loader or the training loop waited.";
     match kind {
@@ -147,7 +151,7 @@ pub fn advice(kind: VerdictKind, share: f64, w: &Workload, idle: f64) -> String 
                 .unwrap_or_default()
         ),
         _ => {
-            let quota = w.cpu.and_then(|c| c.limit_cores);
+            let quota = cpus.quota;
             format!(
                 "The container's tasks waited for a CPU {} of the window while the GPU idled \
                  {}{}: {}. {coarse}",
@@ -157,36 +161,47 @@ pub fn advice(kind: VerdictKind, share: f64, w: &Workload, idle: f64) -> String 
                     .map(|q| format!(", under a CPU quota of {q:.2} cores"))
                     .unwrap_or_default(),
                 if quota.is_some() {
-                    "raise the quota (docker --cpus) or lower num_workers to fit it"
+                    "raise the quota (docker --cpus) or lower num_workers to fit it".to_owned()
                 } else {
-                    "the host's CPUs are oversubscribed: give the job more cores (cpuset), or \
-                     lighten the augmentations"
+                    format!(
+                        "the CPUs it may use ({}) are oversubscribed: give the job CPUs of its \
+                         own (docker --cpuset-cpus), or lighten the work",
+                        cpus.describe().unwrap_or_else(|| "the host's".to_owned())
+                    )
                 }
             )
         }
     }
 }
 
-fn pct(x: f64) -> String {
-    format!("{:.0}%", x * 100.0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The advice counts the host's CPUs as the host source read them (not the agent's own
-    /// affinity or quota), and says nothing of a count it does not have.
+    /// The advice counts the CPUs the container may use: the host's, or fewer in its cpuset or
+    /// quota; and says nothing of a count it does not have.
     #[test]
-    fn cpu_bound_advice_names_the_hosts_cpus_when_known() {
-        let known = cpu_advice(VerdictKind::InputBoundCpu, 3.5, 0.4, Some(96));
+    fn cpu_bound_advice_names_the_cpus_the_container_may_use() {
+        let host = Cpus {
+            host: Some(96),
+            ..Default::default()
+        };
+        let known = cpu_advice(VerdictKind::InputBoundCpu, 3.5, 0.4, &host);
         assert!(
-            known.contains("Raise num_workers (this host has 96 cores),"),
+            known.contains("Raise num_workers (the container may use the host's 96 CPUs),"),
             "{known}"
         );
-        let unknown = cpu_advice(VerdictKind::InputBoundCpu, 3.5, 0.4, None);
+        let cpuset = Cpus {
+            host: Some(16),
+            cpuset: Some(2),
+            quota: None,
+        };
+        let small = cpu_advice(VerdictKind::InputBoundCpu, 1.9, 0.4, &cpuset);
+        assert!(small.contains("its cpuset's 2 CPUs"), "{small}");
+        assert!(!small.contains("16"), "{small}");
+        let unknown = cpu_advice(VerdictKind::InputBoundCpu, 3.5, 0.4, &Cpus::default());
         assert!(unknown.contains("Raise num_workers, lighten"), "{unknown}");
-        assert!(!unknown.contains("cores)"), "{unknown}");
+        assert!(!unknown.contains("CPUs)"), "{unknown}");
     }
 
     fn p(cpu: f64, io: f64, memory: f64) -> Pressure {

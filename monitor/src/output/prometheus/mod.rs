@@ -244,6 +244,7 @@ mod tests {
             loader: None,
             host: None,
             host_bound_share: Some(0.4),
+            idle_explained_fraction: None,
             cpu_throttled_fraction: Some(0.1),
             contention: None,
             speedup: None,
