@@ -253,22 +253,29 @@ impl Stalls {
         {
             let key = (cgroup_id, p.pid);
             match (&mut p.main_thread, window_seconds) {
-                (Some(m), _) => {
+                (Some(m), window) => {
                     if let Some((early, _)) = self.in_progress.remove(&key) {
                         take_off(m, &early);
                     }
+                    // A stretch still going on at the window's end (asleep after its last
+                    // switch-out, waiting for the next batch) is charged only when it ends:
+                    // its state now stands for the rest of the window.
+                    let rest = window.map_or(0.0, |w| w - traced(m));
+                    if rest > UNCHARGED_MIN * window.unwrap_or(0.0) {
+                        if let Some(extra) =
+                            checks.stat(p.pid).and_then(|s| in_state(s.state, rest))
+                        {
+                            add(m, &extra);
+                            let early = self.in_progress.entry(key).or_default();
+                            add(&mut early.0, &extra);
+                            early.1 = self.round;
+                        }
+                    }
                 }
                 (None, Some(window)) => {
-                    let Some(state) = checks.stat(p.pid) else {
+                    let Some(m) = checks.stat(p.pid).and_then(|s| in_state(s.state, window)) else {
                         continue;
                     };
-                    let mut m = ThreadTimes::default();
-                    match state.state {
-                        'S' => m.sleep_seconds = window,
-                        'D' => m.blocked_seconds = window,
-                        'R' => m.on_cpu_seconds = window,
-                        _ => continue,
-                    }
                     let early = self.in_progress.entry(key).or_default();
                     add(&mut early.0, &m);
                     early.1 = self.round;
@@ -353,6 +360,28 @@ fn add(to: &mut ThreadTimes, t: &ThreadTimes) {
 }
 
 /// `m` less what earlier windows already showed of it (never below 0).
+/// The share of a window a main thread's charged times leave uncharged, from which the
+/// stretch still going on at its end is credited from the thread's state (smaller gaps are the
+/// last stint before the round, charged with the next).
+const UNCHARGED_MIN: f64 = 0.1;
+
+/// All of a thread's charged time in the window.
+fn traced(m: &ThreadTimes) -> f64 {
+    m.on_cpu_seconds + m.runq_seconds + m.blocked_seconds + m.sleep_seconds
+}
+
+/// `seconds` in the state `/proc/<pid>/stat` gives (`S`, `D`, `R`), `None` for another.
+fn in_state(state: char, seconds: f64) -> Option<ThreadTimes> {
+    let mut m = ThreadTimes::default();
+    match state {
+        'S' => m.sleep_seconds = seconds,
+        'D' => m.blocked_seconds = seconds,
+        'R' => m.on_cpu_seconds = seconds,
+        _ => return None,
+    }
+    Some(m)
+}
+
 fn take_off(m: &mut ThreadTimes, early: &ThreadTimes) {
     let less = |v: &mut f64, e: f64| *v = (*v - e).max(0.0);
     less(&mut m.on_cpu_seconds, early.on_cpu_seconds);
@@ -523,16 +552,29 @@ mod tests {
             s.end_round(&host);
         }
         assert_eq!(waits, [1.0, 1.0], "asleep through each window");
-        // Round 3: it wakes after 2.5 s asleep and runs 0.2 s; the kernel charges all 2.5 s now.
+        // Round 3: it wakes after 2.5 s asleep, runs 0.2 s and sleeps again (the state read
+        // says so); the kernel charges the 2.5 s and the 0.2 s now, the new sleep later.
         s.totals = totals(times(S, 0), Some(times(S / 10 + S / 5, 5 * S / 2)));
         let w = s.window(CG, &gpu, Some(1.0), &mut checks, &events).unwrap();
         let m = w.processes[0].main_thread.unwrap();
-        assert!((m.sleep_seconds - 0.5).abs() < 1e-9, "{m:?}");
+        // 0.5 s of the old sleep, 0.2 s on a CPU, and the rest of the window asleep again.
+        assert!((m.sleep_seconds - 0.8).abs() < 1e-9, "{m:?}");
         assert!((m.on_cpu_seconds - 0.2).abs() < 1e-9, "{m:?}");
-        // Running through a whole window reads as running, not as no wait known.
+        // Round 4: that sleep ends after 0.5 s and it runs, 0.5 s charged at a switch-out and
+        // the rest still running (R): the 0.3 s of sleep already counted is not counted again.
         s.end_round(&host);
         proc_state(&root, 'R');
-        s.totals = totals(times(2 * S, 0), Some(times(S / 10 + S / 5, 5 * S / 2)));
+        s.totals = totals(
+            times(3 * S / 2, 0),
+            Some(times(S / 10 + S / 5 + S / 2, 3 * S)),
+        );
+        let w = s.window(CG, &gpu, Some(1.0), &mut checks, &events).unwrap();
+        let m = w.processes[0].main_thread.unwrap();
+        assert!((m.sleep_seconds - 0.2).abs() < 1e-9, "{m:?}");
+        assert!((m.on_cpu_seconds - 0.8).abs() < 1e-9, "{m:?}");
+        // Running through a whole window reads as running, not as no wait known.
+        s.end_round(&host);
+        s.totals = totals(times(2 * S, 0), Some(times(S / 10 + S / 5 + S / 2, 3 * S)));
         let w = s.window(CG, &gpu, Some(1.0), &mut checks, &events).unwrap();
         assert_eq!(w.processes[0].main_thread.unwrap().on_cpu_seconds, 1.0);
     }
