@@ -484,15 +484,27 @@ impl<'a> Facts<'a> {
                 ),
             );
         };
+        let times = pressure::cpu_times(self.w, self.window);
         if let Some((kind, share)) = pressure::cause(&p, self.throttled, config) {
+            // Waiting for a CPU with no process but the GPU processes at work: the training
+            // loop's own work waited, not a loader.
+            let loop_alone = times.is_some_and(|t| {
+                t.other_cores < config.loader_active_min
+                    && t.gpu_processes_busy >= config.loader_idle
+            });
+            let kind = if kind == VerdictKind::InputBoundCpu && loop_alone {
+                VerdictKind::HostCpu
+            } else {
+                kind
+            };
             return Judged::new(
                 kind,
                 pressure::advice(kind, share, self.w, idle, &self.cpus),
             );
         }
         let device_busy = gpu_time::device_busy(self.w, self.busy);
-        if let Some((kind, figure)) = pressure::cpu_times(self.w, self.window)
-            .and_then(|t| pressure::cpu_cause(&t, device_busy, config))
+        if let Some((kind, figure)) =
+            times.and_then(|t| pressure::cpu_cause(&t, device_busy, config))
         {
             return Judged {
                 host_share: (kind == VerdictKind::HostCpu).then_some(figure),

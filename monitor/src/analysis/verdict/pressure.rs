@@ -131,6 +131,22 @@ pub fn advice(kind: VerdictKind, share: f64, w: &Workload, idle: f64, cpus: &Cpu
     let coarse = "Told from pressure stall information, without stall tracing: it cannot say \
                   whether the loader or the training loop waited.";
     match kind {
+        VerdictKind::HostCpu => format!(
+            "The container's tasks waited for a CPU {} of the window while the GPU idled {}, \
+             and no process but the training loop's was at work: its own work is held back{}. \
+             {} Told from pressure stall information and CPU times, without stall tracing.",
+            pct(share),
+            pct(idle),
+            cpus.quota
+                .map(|q| format!(" by the container's CPU quota ({q:.2} cores)"))
+                .unwrap_or_default(),
+            if cpus.quota.is_some() {
+                "Raise the quota (docker --cpus), or move work off the training loop."
+            } else {
+                "Give the job CPUs of its own (docker --cpuset-cpus), or move work off the \
+                 training loop."
+            }
+        ),
         VerdictKind::InputBoundIo => format!(
             "The container's tasks waited for I/O {} of the window while the GPU idled {}: \
              cache the dataset in RAM or on local NVMe, pack small files into larger shards, \
