@@ -8,7 +8,8 @@
 //! - `docker.tar.xz`: Debian's docker.io, containerd, runc and tini binaries, stripped, with the
 //!   shared libraries dockerd and runc need that a stock GPU image lacks (`tests/gpu/docker_up.sh`
 //!   starts it);
-//! - `wheels/`: nvitop, for the side-by-side benchmark.
+//! - `wheels/`: nvitop, for the side-by-side benchmark, and `tokenizers` (a native tokenizer
+//!   with threads of its own, for `tests/gpu/real_loops.sh`).
 use crate::{cargo, workspace_root};
 use anyhow::{Context, Result};
 use std::path::Path;
@@ -45,6 +46,9 @@ const DOCKER_BINS: [(&str, &str, &str); 8] = [
     ("tini", "usr/bin/tini-static", "tini-static"),
 ];
 const NVITOP: &str = "nvitop==1.7.2";
+/// A tokenizer written in Rust that encodes batches on threads of its own (abi3, any CPython
+/// from 3.9: the GPU image has 3.12).
+const TOKENIZERS: &str = "tokenizers==0.22.1";
 
 /// Says what it does, then does it (failing with the command line).
 fn run(cmd: &mut Command, what: &str) -> Result<()> {
@@ -104,6 +108,27 @@ pub fn run_bundle() -> Result<()> {
             .arg(&wheels)
             .arg(NVITOP),
         &format!("downloading {NVITOP} (pure Python; its needs are on the GPU image)"),
+    )?;
+    run(
+        Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--only-binary=:all:",
+            ])
+            .args([
+                "--python-version",
+                "3.12",
+                "--platform",
+                "manylinux_2_17_x86_64",
+                "-d",
+            ])
+            .arg(&wheels)
+            .arg(TOKENIZERS),
+        &format!("downloading {TOKENIZERS} (no registry on the GPU machine)"),
     )?;
     let size: u64 = std::fs::read_dir(&out)?
         .flatten()
