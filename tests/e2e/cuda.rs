@@ -464,3 +464,135 @@ fn without_cuda_calls_the_gpus_pcie_traffic_names_the_copies() {
         );
     }
 }
+
+/// The calls of one GPU process of a workload's CUDA window.
+fn process_calls<'a>(w: &'a Value, pid: u32) -> &'a Value {
+    w["processes"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["pid"] == pid))
+        .unwrap_or_else(|| panic!("no calls of process {pid}: {w:#}"))
+}
+
+/// A loop whose backward pass launches from a thread of its own, as autograd's does (the main
+/// thread waits on it), and a step copying both ways: every thread's calls are counted, its
+/// own; copies from the GPU count as copying as much as copies to it.
+#[test]
+fn a_second_launching_thread_and_copies_both_ways_are_counted_as_they_were_made() {
+    require_root();
+    let _cpu = cpu_timed();
+    let (dir, mount) = reports();
+    let autograd = cuda_container(
+        &unique("cuda-autograd"),
+        &[],
+        &["-v", &mount],
+        "--report /r/autograd --seconds 60 launch:500:7.5 bg:launch:500:7.5 item",
+    );
+    let both = cuda_container(
+        &unique("cuda-both-ways"),
+        &[("FAKE_CUDA_KERNEL_US", "1400")],
+        &["-v", &mount],
+        "--report /r/both --seconds 60 h2d:134217728 d2h:134217728 launch:13 sync",
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let s = verdicts(&[(&autograd, 31), (&both, 44)]);
+    let window = f(&s, &["window_seconds"]);
+
+    let c = cuda(&s, &autograd);
+    let job = JobReport::read(&dir.path().join("autograd")).in_window(&s);
+    let all = u(&c["total"], &["launches"]) as f64;
+    near("launches", all, job.launches, 0.05 * job.launches, c);
+    // Half of them from the main thread, half from the other.
+    let p = process_calls(c, autograd.pid);
+    let main = u(p, &["main_thread", "launches"]) as f64;
+    near("main thread's launches", main / all, 0.5, 0.02, p);
+    let v = verdict(&s, &autograd);
+    assert_eq!(v["kind"], "host-bound: launches", "{v:#}");
+    near(
+        "launches from other threads",
+        f(v, &["host", "other_threads_launch_share"]),
+        0.5,
+        0.02,
+        v,
+    );
+    // The loop is the process: the main thread waits while the other launches.
+    assert!(
+        f(v, &["host", "trainer_busy_fraction"]) > 0.8,
+        "the loop at work: {v:#}"
+    );
+
+    let v = verdict(&s, &both);
+    assert_eq!(v["kind"], "host-bound: transfers", "{v:#}");
+    let job = JobReport::read(&dir.path().join("both")).in_window(&s);
+    near(
+        "copy share",
+        f(v, &["host_bound_share"]),
+        job.copy_s / window,
+        0.1,
+        v,
+    );
+    let t = &cuda(&s, &both)["total"];
+    assert!(f(t, &["d2h", "call_seconds"]) > 0.0, "{t:#}");
+    near(
+        "copies back",
+        u(t, &["d2h", "count"]) as f64,
+        job.d2h,
+        2.0,
+        t,
+    );
+}
+
+/// Two GPU processes in one container: each runs its own loop, so the container's shares are
+/// each loop's (their mean), not their sum, and a loop's work per kernel is over its own
+/// kernels.
+#[test]
+fn two_gpu_processes_of_one_container_are_read_as_two_loops() {
+    require_root();
+    let _cpu = cpu_timed();
+    let (dir, mount) = reports();
+    let job = "--seconds 60 h2d:67108864 launch:13 sync";
+    let c = cuda_container(
+        &unique("cuda-two"),
+        &[("FAKE_CUDA_KERNEL_US", "1400")],
+        &["-v", &mount],
+        &format!("--report /r/one {job} & /opt/cuda/cuda_job --report /r/two {job}"),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    // The two loops: the container's first process (its shell exec'ed the second) and the
+    // child it started.
+    let children =
+        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", c.pid)).unwrap_or_default();
+    let mut loops: Vec<u32> = children
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    let comm = std::fs::read_to_string(format!("/proc/{}/comm", c.pid)).unwrap_or_default();
+    if comm.trim() == "cuda_job" {
+        loops.push(c.pid);
+    }
+    assert_eq!(loops.len(), 2, "two loops under {}: {children:?}", c.pid);
+    let scenario = json!({"devices": [{
+        "uuid": "GPU-00000000-0000-0000-0000-000000000000",
+        "name": "NVIDIA H100 80GB HBM3",
+        "processes": loops
+            .iter()
+            .map(|pid| json!({"pid": pid, "used_memory_bytes": 2u64 << 30, "sm_util": 22}))
+            .collect::<Vec<_>>(),
+    }]});
+    let run = snapshot(&scenario, &["--window", "3s"]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let s = &run.json;
+    let window = f(s, &["window_seconds"]);
+    let v = verdict(s, &c);
+    assert_eq!(v["kind"], "host-bound: transfers", "{v:#}");
+    let one = JobReport::read(&dir.path().join("one")).in_window(s);
+    let two = JobReport::read(&dir.path().join("two")).in_window(s);
+    let each = (one.copy_s + two.copy_s) / 2.0 / window;
+    near(
+        "copy share, each loop's",
+        f(v, &["host_bound_share"]),
+        each,
+        0.1,
+        v,
+    );
+    assert_eq!(cuda(s, &c)["processes"].as_array().unwrap().len(), 2);
+}

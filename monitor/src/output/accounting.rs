@@ -136,6 +136,45 @@ mod tests {
     }
 
     #[test]
+    fn loader_seconds_add_up_over_rounds() {
+        use crate::model::{IoSummary, ProcessRole, ProcessStall, StallWindow};
+        let with_loader = |at: u64, on_cpu: f64, runq: f64, blocked: f64| {
+            let mut s = round(at, Some(0.2), VerdictKind::InputBoundCpu);
+            s.workloads[0].stalls = Some(StallWindow {
+                cgroup_id: 1,
+                processes: vec![ProcessStall {
+                    pid: 2,
+                    role: ProcessRole::Loader,
+                    on_cpu_seconds: on_cpu,
+                    runq_seconds: runq,
+                    blocked_seconds: blocked,
+                    sleep_seconds: 0.0,
+                    switches: 1,
+                    blocked_switches: 0,
+                    main_thread: None,
+                }],
+                reads: IoSummary::default(),
+                disk: IoSummary::default(),
+                io_traced: true,
+            });
+            s
+        };
+        let mut a = Accounting::default();
+        a.add(&with_loader(0, 1.5, 0.25, 0.125));
+        a.add(&with_loader(2000, 1.0, 0.5, 0.25));
+        let t = a.workloads.values().next().unwrap();
+        assert_eq!(
+            (
+                t.loader_on_cpu_seconds,
+                t.loader_runq_seconds,
+                t.loader_blocked_seconds
+            ),
+            (2.5, 0.75, 0.375),
+            "counters of a total, not of the last window"
+        );
+    }
+
+    #[test]
     fn energy_adds_up_per_gpu_and_per_container_by_verdict() {
         let mut a = Accounting::default();
         for (at, kind, busy_j, idle_j) in [

@@ -13,20 +13,53 @@ pub const IMAGE: &str = "gpuwatch-test/busybox:1";
 pub const GIB: u64 = 1 << 30;
 
 /// The `gpuwatch` binary of this build: in the folder above the test binaries'
-/// (`target/<profile>/deps/<test>` → `target/<profile>/gpuwatch`).
+/// (`target/<profile>/deps/<test>` → `target/<profile>/gpuwatch`), built first (with the fake
+/// NVML) so that a product change tested with `cargo test -p gpuwatch-tests --test e2e_…`
+/// runs the changed agent, never the one built last. (Cargo releases the build directory
+/// while the tests run; after `cargo xtask test`'s own build this is a no-op.)
 pub fn gpuwatch_bin() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
-    let bin = exe
+    let dir = exe
         .parent()
         .and_then(Path::parent)
-        .map(|dir| dir.join("gpuwatch"))
         .expect("target/<profile>/deps/<test>");
+    static BUILT: Once = Once::new();
+    BUILT.call_once(|| build_agent(dir));
+    let bin = dir.join("gpuwatch");
     assert!(
         bin.exists(),
         "{} missing: build it with `cargo build -p gpuwatch` (`cargo xtask test` does)",
         bin.display()
     );
     bin
+}
+
+/// `cargo build -p fake-nvml -p gpuwatch` in the profile whose folder is `dir`, as `cargo xtask
+/// test` builds them.
+fn build_agent(dir: &Path) {
+    let profile = match dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => "dev",
+        Some(other) => other,
+        None => "dev",
+    };
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--profile",
+            profile,
+            "-p",
+            "fake-nvml",
+            "-p",
+            "gpuwatch",
+        ])
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .output()
+        .expect("run cargo build");
+    assert!(
+        out.status.success(),
+        "building the agent the tests run failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 pub fn require_root() {

@@ -924,3 +924,54 @@ fn no_gpu_process_no_verdict() {
         "first round"
     );
 }
+
+#[test]
+fn two_gpu_processes_are_two_loops_each_read_on_its_own() {
+    // Two identical loops in one container, each on a CPU 0.6 of the window, copying 0.2 and
+    // launching 12,000 kernels: the container's shares are each loop's, and its work per
+    // kernel is over its own kernels.
+    let mut calls = copies(0.2);
+    calls.launches = 12_000;
+    let mut w = workload(
+        0.3,
+        (1..=2)
+            .map(|pid| {
+                trainer(
+                    pid,
+                    (0.6, 0.4),
+                    ThreadTimes {
+                        on_cpu_seconds: 0.6,
+                        sleep_seconds: 0.4,
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect(),
+        None,
+    );
+    w.gpu.processes = 2;
+    let mut total = calls;
+    total.add(&calls);
+    w.cuda = Some(CudaWindow {
+        traced: true,
+        total,
+        processes: (1..=2)
+            .map(|pid| CudaProcessCalls {
+                pid,
+                calls,
+                main_thread: calls,
+            })
+            .collect(),
+    });
+    let one = assess1(&host_job(0.3, 0.6, Some(calls)));
+    let two = assess1(&w);
+    let (h1, h2) = (one.host.unwrap(), two.host.unwrap());
+    assert!((h2.copy_share.unwrap() - 0.2).abs() < 1e-9, "{h2:?}");
+    assert!((h2.own_cpu_share - h1.own_cpu_share).abs() < 1e-9, "{h2:?}");
+    assert!(
+        (h2.host_us_per_launch.unwrap() - h1.host_us_per_launch.unwrap()).abs() < 1e-9,
+        "{h1:?} {h2:?}"
+    );
+    assert!((h2.launches_per_second.unwrap() - 24_000.0).abs() < 1e-9);
+    assert_eq!(two.kind, one.kind);
+}
