@@ -466,7 +466,7 @@ fn without_cuda_calls_the_gpus_pcie_traffic_names_the_copies() {
 }
 
 /// The calls of one GPU process of a workload's CUDA window.
-fn process_calls<'a>(w: &'a Value, pid: u32) -> &'a Value {
+fn process_calls(w: &Value, pid: u32) -> &Value {
     w["processes"]
         .as_array()
         .and_then(|p| p.iter().find(|p| p["pid"] == pid))
