@@ -22,20 +22,6 @@ const RSS_MAX_KIB: u64 = 96 << 10;
 /// Open files: every connection the limit allows, and the agent's own (fewer than 64).
 const FILES_MAX: usize = 480 + 64;
 
-/// The agent's resident set and open files.
-fn usage(pid: u32) -> (u64, usize) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let rss = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    let files = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .unwrap()
-        .count();
-    (rss, files)
-}
-
 /// Whether the server has closed `s`: its TCP state is CLOSE_WAIT (the server's FIN came,
 /// perhaps behind an answer never read) or CLOSE (reset).
 fn closed(s: &TcpStream) -> bool {
@@ -174,7 +160,7 @@ fn slow_readers_a_header_flood_and_churn_together_stay_bounded() {
         assert!(started.elapsed() < Duration::from_secs(20), "never served");
         std::thread::sleep(Duration::from_millis(200));
     }
-    let (rss_before, files_before) = usage(pid);
+    let (rss_before, files_before) = agent_usage(pid);
 
     let stop = Arc::new(AtomicBool::new(false));
     let (flooded, slow) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
@@ -215,7 +201,7 @@ fn slow_readers_a_header_flood_and_churn_together_stay_bounded() {
             Some(200) => answered += 1,
             other => missed.push((chaos.elapsed().as_secs(), other)),
         }
-        let (rss, files) = usage(pid);
+        let (rss, files) = agent_usage(pid);
         rss_max = rss_max.max(rss);
         files_max = files_max.max(files);
         assert!(
@@ -257,7 +243,7 @@ fn slow_readers_a_header_flood_and_churn_together_stay_bounded() {
     // Once it is over, the connections are gone within the timeouts.
     let over = Instant::now();
     loop {
-        let (_, files) = usage(pid);
+        let (_, files) = agent_usage(pid);
         if files <= files_before + 8 {
             break;
         }

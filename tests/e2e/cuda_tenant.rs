@@ -351,20 +351,6 @@ fn a_swapped_in_symlink_fifo_or_host_path_is_never_probed_nor_waited_on() {
     drop(host);
 }
 
-/// The agent's resident set (KiB) and open files.
-fn usage(pid: u32) -> (u64, usize) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let rss = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    let files = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .unwrap()
-        .count();
-    (rss, files)
-}
-
 /// Descriptors the probes may hold: 64 libraries at most, a file and three links each, and
 /// the agent's own (under 64).
 const FILES_MAX: usize = 64 * 4 + 64;
@@ -452,7 +438,7 @@ fn a_thousand_driver_copies_and_a_huge_memory_map_stay_bounded() {
                 rounds.push(taken);
             }
         }
-        let (rss, files) = usage(agent);
+        let (rss, files) = agent_usage(agent);
         peak = (peak.0.max(rss), peak.1.max(files));
         assert!(files <= FILES_MAX, "{files} open files");
         assert!(rss <= RSS_MAX_KIB, "{rss} KiB resident");

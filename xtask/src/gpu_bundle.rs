@@ -94,41 +94,17 @@ pub fn run_bundle() -> Result<()> {
     docker_bundle(&out.join("docker.tar.xz"))?;
     let wheels = out.join("wheels");
     std::fs::create_dir_all(&wheels)?;
-    run(
-        Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "download",
-                "-q",
-                "--no-deps",
-                "--only-binary=:all:",
-            ])
-            .args(["--python-version", "3.12", "-d"])
-            .arg(&wheels)
-            .arg(NVITOP),
-        &format!("downloading {NVITOP} (pure Python; its needs are on the GPU image)"),
+    download_wheel(
+        &wheels,
+        NVITOP,
+        &[],
+        "pure Python; its needs are on the GPU image",
     )?;
-    run(
-        Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "download",
-                "-q",
-                "--no-deps",
-                "--only-binary=:all:",
-            ])
-            .args([
-                "--python-version",
-                "3.12",
-                "--platform",
-                "manylinux_2_17_x86_64",
-                "-d",
-            ])
-            .arg(&wheels)
-            .arg(TOKENIZERS),
-        &format!("downloading {TOKENIZERS} (no registry on the GPU machine)"),
+    download_wheel(
+        &wheels,
+        TOKENIZERS,
+        &["--platform", "manylinux_2_17_x86_64"],
+        "no registry on the GPU machine",
     )?;
     let size: u64 = std::fs::read_dir(&out)?
         .flatten()
@@ -142,6 +118,28 @@ pub fn run_bundle() -> Result<()> {
         size as f64 / (1u64 << 20) as f64
     );
     Ok(())
+}
+
+/// A wheel for the GPU image's Python (3.12), without its dependencies, into `dir`.
+fn download_wheel(dir: &Path, spec: &str, platform: &[&str], why: &str) -> Result<()> {
+    run(
+        Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--python-version",
+                "3.12",
+            ])
+            .args(platform)
+            .arg("-d")
+            .arg(dir)
+            .arg(spec),
+        &format!("downloading {spec} ({why})"),
+    )
 }
 
 /// Debian 12's Docker, unpacked from its packages (no registry or engine needed here), stripped.
