@@ -474,9 +474,14 @@ impl Sampler {
         }
         for (id, w) in workloads.iter_mut() {
             if let Some(cgroup_id) = self.cgroups.get(id).and_then(|c| c.cgroup_id) {
-                w.stalls =
-                    self.stalls
-                        .window(cgroup_id, gpu_pids, window, &mut self.checks, &self.events);
+                w.stalls = self.stalls.window(
+                    cgroup_id,
+                    gpu_pids,
+                    &w.gpu.pids(),
+                    window,
+                    &mut self.checks,
+                    &self.events,
+                );
             }
         }
         true

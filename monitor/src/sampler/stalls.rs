@@ -15,7 +15,7 @@ use crate::sources::host::pid::PidSet;
 use crate::sources::host::HostReader;
 use crate::sources::stall_probe::{Accumulate, ProbeTotals, StallProbe};
 use monitor_common::{probe_stat, task_thread, IoStats, TaskKey, TaskTimes, LATENCY_BUCKETS};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Instant;
 
 pub struct Stalls {
@@ -234,56 +234,61 @@ impl Stalls {
     /// process's main thread that stays asleep (waiting for a batch) or running through the
     /// whole window shows nothing in it, and the whole stretch lands in the window where it
     /// ends. On the H200's I/O-bound phase, with 1-s windows and 3-s waits, that read as no
-    /// wait in every third window. Where such a process's main thread did not switch, its state
-    /// now (`/proc/<pid>/stat`) stands for the whole window, and what was put in earlier windows
-    /// is taken off the stretch once it is charged.
+    /// wait in every third window. Where such a process's main thread did not switch, or its
+    /// charged times leave part of the window uncharged, its state now (`/proc/<pid>/stat`)
+    /// stands for the rest, and what was put in earlier windows is taken off the stretch once
+    /// it is charged. A GPU process of the workload (`workload_gpu_pids`) none of whose threads
+    /// switched (one thread asleep or spinning throughout) is in the window all the same.
     pub fn window(
         &mut self,
         cgroup_id: u64,
         gpu_pids: &PidSet,
+        workload_gpu_pids: &BTreeSet<u32>,
         window_seconds: Option<f64>,
         checks: &mut ProcessChecks,
         events: &EventCounters,
     ) -> Option<StallWindow> {
         let mut w = self.charged_window(cgroup_id, gpu_pids, events)?;
+        if window_seconds.is_some() {
+            for &pid in workload_gpu_pids {
+                if !w.processes.iter().any(|p| p.pid == pid) {
+                    w.processes.push(uncharged_gpu_process(pid));
+                }
+            }
+            w.processes.sort_by_key(|p| p.pid);
+        }
         for p in w
             .processes
             .iter_mut()
             .filter(|p| p.role == ProcessRole::Gpu)
         {
             let key = (cgroup_id, p.pid);
-            match (&mut p.main_thread, window_seconds) {
-                (Some(m), window) => {
-                    if let Some((early, _)) = self.in_progress.remove(&key) {
-                        take_off(m, &early);
-                    }
-                    // A stretch still going on at the window's end (asleep after its last
-                    // switch-out, waiting for the next batch) is charged only when it ends:
-                    // its state now stands for the rest of the window.
-                    let rest = window.map_or(0.0, |w| w - traced(m));
-                    if rest > UNCHARGED_MIN * window.unwrap_or(0.0) {
-                        if let Some(extra) =
-                            checks.stat(p.pid).and_then(|s| in_state(s.state, rest))
-                        {
-                            add(m, &extra);
-                            let early = self.in_progress.entry(key).or_default();
-                            add(&mut early.0, &extra);
-                            early.1 = self.round;
-                        }
-                    }
+            if p.main_thread.is_some() {
+                if let Some((early, _)) = self.in_progress.remove(&key) {
+                    debit(p, &early);
                 }
-                (None, Some(window)) => {
-                    let Some(m) = checks.stat(p.pid).and_then(|s| in_state(s.state, window)) else {
-                        continue;
-                    };
-                    let early = self.in_progress.entry(key).or_default();
-                    add(&mut early.0, &m);
-                    early.1 = self.round;
-                    p.main_thread = Some(m);
-                }
-                (None, None) => {}
             }
+            let Some(window) = window_seconds else {
+                continue;
+            };
+            // A stretch still going on at the window's end is charged only when it ends.
+            let rest = match &p.main_thread {
+                Some(m) => Some(window - traced(m)).filter(|r| *r > UNCHARGED_MIN * window),
+                None => Some(window),
+            };
+            let Some(extra) =
+                rest.and_then(|r| checks.stat(p.pid).and_then(|s| in_state(s.state, r)))
+            else {
+                continue;
+            };
+            credit(p, &extra);
+            let early = self.in_progress.entry(key).or_default();
+            add(&mut early.0, &extra);
+            early.1 = self.round;
         }
+        // A GPU process added above whose state could not be read (it exited) is not there.
+        w.processes
+            .retain(|p| p.main_thread.is_some() || p.switches > 0 || process_traced(p) > 0.0);
         Some(w)
     }
 
@@ -359,7 +364,6 @@ fn add(to: &mut ThreadTimes, t: &ThreadTimes) {
     to.sleep_seconds += t.sleep_seconds;
 }
 
-/// `m` less what earlier windows already showed of it (never below 0).
 /// The share of a window a main thread's charged times leave uncharged, from which the
 /// stretch still going on at its end is credited from the thread's state (smaller gaps are the
 /// last stint before the round, charged with the next).
@@ -382,6 +386,49 @@ fn in_state(state: char, seconds: f64) -> Option<ThreadTimes> {
     Some(m)
 }
 
+/// A GPU process of the workload with no charged time in the window: its state comes next.
+fn uncharged_gpu_process(pid: u32) -> ProcessStall {
+    ProcessStall {
+        pid,
+        role: ProcessRole::Gpu,
+        on_cpu_seconds: 0.0,
+        runq_seconds: 0.0,
+        blocked_seconds: 0.0,
+        sleep_seconds: 0.0,
+        switches: 0,
+        blocked_switches: 0,
+        main_thread: None,
+    }
+}
+
+/// All of a process's charged time in the window, its threads together.
+fn process_traced(p: &ProcessStall) -> f64 {
+    p.on_cpu_seconds + p.runq_seconds + p.blocked_seconds + p.sleep_seconds
+}
+
+/// Credits `t` (its state now) to a process's main thread and to the process, which holds it.
+fn credit(p: &mut ProcessStall, t: &ThreadTimes) {
+    add(p.main_thread.get_or_insert_with(ThreadTimes::default), t);
+    p.on_cpu_seconds += t.on_cpu_seconds;
+    p.runq_seconds += t.runq_seconds;
+    p.blocked_seconds += t.blocked_seconds;
+    p.sleep_seconds += t.sleep_seconds;
+}
+
+/// Takes what earlier windows credited off a main thread's stretch now charged, and off the
+/// process that holds it.
+fn debit(p: &mut ProcessStall, early: &ThreadTimes) {
+    if let Some(m) = p.main_thread.as_mut() {
+        take_off(m, early);
+    }
+    let less = |v: &mut f64, e: f64| *v = (*v - e).max(0.0);
+    less(&mut p.on_cpu_seconds, early.on_cpu_seconds);
+    less(&mut p.runq_seconds, early.runq_seconds);
+    less(&mut p.blocked_seconds, early.blocked_seconds);
+    less(&mut p.sleep_seconds, early.sleep_seconds);
+}
+
+/// `m` less what earlier windows already showed of it (never below 0).
 fn take_off(m: &mut ThreadTimes, early: &ThreadTimes) {
     let less = |v: &mut f64, e: f64| *v = (*v - e).max(0.0);
     less(&mut m.on_cpu_seconds, early.on_cpu_seconds);
@@ -537,6 +584,7 @@ mod tests {
         let mut s = Stalls::load(false, IoTracingConfig::default());
         let events = EventCounters::default();
         let gpu: PidSet = [42].into_iter().collect();
+        let own = BTreeSet::from([42]);
         // Round 0: the main thread has run 0.1 s and gone to sleep waiting for a batch.
         s.totals = totals(times(S / 10, 0), Some(times(S / 10, 0)));
         s.end_round(&host);
@@ -546,7 +594,9 @@ mod tests {
         for k in 1..=2u64 {
             // Its main thread's counters have not moved: nothing of it in the window.
             s.totals = totals(times(S / 10 + k * S / 10, 0), Some(times(S / 10, 0)));
-            let w = s.window(CG, &gpu, Some(1.0), &mut checks, &events).unwrap();
+            let w = s
+                .window(CG, &gpu, &own, Some(1.0), &mut checks, &events)
+                .unwrap();
             let m = w.processes[0].main_thread.unwrap();
             waits.push(m.sleep_seconds);
             s.end_round(&host);
@@ -555,7 +605,9 @@ mod tests {
         // Round 3: it wakes after 2.5 s asleep, runs 0.2 s and sleeps again (the state read
         // says so); the kernel charges the 2.5 s and the 0.2 s now, the new sleep later.
         s.totals = totals(times(S, 0), Some(times(S / 10 + S / 5, 5 * S / 2)));
-        let w = s.window(CG, &gpu, Some(1.0), &mut checks, &events).unwrap();
+        let w = s
+            .window(CG, &gpu, &own, Some(1.0), &mut checks, &events)
+            .unwrap();
         let m = w.processes[0].main_thread.unwrap();
         // 0.5 s of the old sleep, 0.2 s on a CPU, and the rest of the window asleep again.
         assert!((m.sleep_seconds - 0.8).abs() < 1e-9, "{m:?}");
@@ -568,15 +620,97 @@ mod tests {
             times(3 * S / 2, 0),
             Some(times(S / 10 + S / 5 + S / 2, 3 * S)),
         );
-        let w = s.window(CG, &gpu, Some(1.0), &mut checks, &events).unwrap();
+        let w = s
+            .window(CG, &gpu, &own, Some(1.0), &mut checks, &events)
+            .unwrap();
         let m = w.processes[0].main_thread.unwrap();
         assert!((m.sleep_seconds - 0.2).abs() < 1e-9, "{m:?}");
         assert!((m.on_cpu_seconds - 0.8).abs() < 1e-9, "{m:?}");
         // Running through a whole window reads as running, not as no wait known.
         s.end_round(&host);
         s.totals = totals(times(2 * S, 0), Some(times(S / 10 + S / 5 + S / 2, 3 * S)));
-        let w = s.window(CG, &gpu, Some(1.0), &mut checks, &events).unwrap();
+        let w = s
+            .window(CG, &gpu, &own, Some(1.0), &mut checks, &events)
+            .unwrap();
         assert_eq!(w.processes[0].main_thread.unwrap().on_cpu_seconds, 1.0);
+    }
+
+    /// The demo's loader job, and any single-threaded GPU process: none of its threads
+    /// switches in the window, so the probes charge nothing to it. It is in the window in its
+    /// state, its main thread and the process alike; a GPU process that is gone is not, nor is
+    /// one that is not the workload's.
+    #[test]
+    fn a_gpu_process_none_of_whose_threads_switched_is_in_the_window_in_its_state() {
+        let root = FakeProc::new();
+        let host = HostReader::new(root.path());
+        let mut checks = ProcessChecks::new(&host);
+        let mut s = Stalls::load(false, IoTracingConfig::default());
+        let events = EventCounters::default();
+        // 43 holds a GPU too but has exited; 44 is another workload's.
+        let gpu: PidSet = [42, 43, 44].into_iter().collect();
+        let own = BTreeSet::from([42, 43]);
+        let still = || totals(times(S / 10, 0), Some(times(S / 10, 0)));
+        s.totals = still();
+        s.end_round(&host);
+        for (state, expect) in [('S', (0.0, 1.0)), ('R', (1.0, 0.0))] {
+            proc_state(&root, state);
+            s.totals = still();
+            let w = s
+                .window(CG, &gpu, &own, Some(1.0), &mut checks, &events)
+                .unwrap();
+            let pids: Vec<u32> = w.processes.iter().map(|p| p.pid).collect();
+            assert_eq!(pids, [42], "{state}");
+            let p = &w.processes[0];
+            let m = p.main_thread.unwrap();
+            assert_eq!((m.on_cpu_seconds, m.sleep_seconds), expect, "{state}");
+            assert_eq!((p.on_cpu_seconds, p.sleep_seconds), expect, "{state}");
+            s.end_round(&host);
+        }
+        // Without a window length nothing is credited, and nothing uncharged is added.
+        s.totals = still();
+        let w = s
+            .window(CG, &gpu, &own, None, &mut checks, &events)
+            .unwrap();
+        assert!(w.processes.is_empty(), "{:?}", w.processes);
+    }
+
+    /// A credited stretch counts in the process's time as in its main thread's, and comes off
+    /// both once the kernel charges it: the other threads' time (process less main thread)
+    /// stays theirs.
+    #[test]
+    fn a_credited_stretch_is_the_process_time_too_and_is_not_counted_twice() {
+        let root = FakeProc::new();
+        let host = HostReader::new(root.path());
+        let mut checks = ProcessChecks::new(&host);
+        let mut s = Stalls::load(false, IoTracingConfig::default());
+        let events = EventCounters::default();
+        let gpu: PidSet = [42].into_iter().collect();
+        let own = BTreeSet::from([42]);
+        s.totals = totals(times(0, 0), Some(times(0, 0)));
+        s.end_round(&host);
+        // Round 1: the other threads run 0.3 s; the main thread spins on (R) uncharged.
+        proc_state(&root, 'R');
+        s.totals = totals(times(3 * S / 10, 0), Some(times(0, 0)));
+        let w = s
+            .window(CG, &gpu, &own, Some(1.0), &mut checks, &events)
+            .unwrap();
+        let p = &w.processes[0];
+        assert!((p.on_cpu_seconds - 1.3).abs() < 1e-9, "{p:?}");
+        assert_eq!(p.main_thread.unwrap().on_cpu_seconds, 1.0);
+        s.end_round(&host);
+        // Round 2: the main thread switches out after 1.5 s on a CPU and sleeps on; the other
+        // threads run 0.3 s more. 1 s of the 1.5 was credited already.
+        proc_state(&root, 'S');
+        s.totals = totals(times(6 * S / 10, 0), Some(times(3 * S / 2, 0)));
+        let w = s
+            .window(CG, &gpu, &own, Some(1.0), &mut checks, &events)
+            .unwrap();
+        let p = &w.processes[0];
+        let m = p.main_thread.unwrap();
+        assert!((m.on_cpu_seconds - 0.5).abs() < 1e-9, "{m:?}");
+        assert!((m.sleep_seconds - 0.5).abs() < 1e-9, "{m:?}");
+        let others = p.on_cpu_seconds - m.on_cpu_seconds;
+        assert!((others - 0.3).abs() < 1e-9, "{p:?}");
     }
 
     #[test]
