@@ -997,3 +997,31 @@ fn gpu_selects_the_gpus_shown_and_the_containers_on_them() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--gpu 7: 7: no such GPU among the 2"), "{err}");
 }
+
+/// `why` on a host whose NVML cannot be loaded, or with NVML turned off: "cannot tell" on
+/// stderr and a failing exit status, never "No workload holds a GPU." on stdout.
+#[test]
+fn why_without_nvml_says_it_cannot_tell_and_fails() {
+    for nvml in [
+        vec!["--nvml-lib", "/nonexistent/libnvidia-ml.so.1"],
+        vec!["--no-nvml"],
+    ] {
+        let out = std::process::Command::new(support::gpuwatch_bin())
+            .arg("why")
+            .args(&nvml)
+            .args(["--no-docker", "--no-ebpf", "--window", "300ms"])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(!out.status.success(), "{nvml:?}: {stdout}");
+        assert!(stdout.is_empty(), "{nvml:?}: {stdout}");
+        assert!(
+            stderr.contains("cannot tell which workloads hold a GPU")
+                && stderr.contains("(NVML) is down"),
+            "{nvml:?}: {stderr}"
+        );
+    }
+}

@@ -11,12 +11,18 @@ const NAME_MAX_CHARS: usize = 160;
 /// A line of evidence or advice is cut here: they quote names and labels.
 const TEXT_MAX_CHARS: usize = 2000;
 
-/// A name that picks no workload, and the workloads holding a GPU (bounded and escaped).
+/// Why no workloads could be picked.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-#[error("no workload named {name:?}; those holding a GPU: {}", list(running))]
-pub struct NoSuchWorkload {
-    pub name: String,
-    pub running: Vec<String>,
+pub enum PickError {
+    /// A name that picks no workload, and the workloads holding a GPU (bounded and escaped).
+    #[error("no workload named {name:?}; those holding a GPU: {}", list(running))]
+    NoSuchWorkload { name: String, running: Vec<String> },
+    /// NVML is down: which workloads hold a GPU cannot be told, so "none" would be wrong.
+    #[error(
+        "cannot tell which workloads hold a GPU: the GPU source (NVML) is down: {0}. \
+         `gpuwatch doctor` checks the driver and its library"
+    )]
+    GpuSourceDown(String),
 }
 
 fn list(running: &[String]) -> String {
@@ -30,7 +36,19 @@ fn list(running: &[String]) -> String {
 /// The workloads `names` picks: by name, by id (`docker:<id>` or the id alone, as long as it is
 /// unambiguous: a prefix of 12 characters or more, as `docker ps` prints them) or by compose
 /// service; all with a verdict when `names` is empty.
-pub fn pick<'a>(snap: &'a Snapshot, names: &[String]) -> Result<Vec<&'a Workload>, NoSuchWorkload> {
+/// Fails when NVML is down: without it no workload holds a GPU as far as the agent can see, and
+/// that is not the same as none holding one.
+pub fn pick<'a>(snap: &'a Snapshot, names: &[String]) -> Result<Vec<&'a Workload>, PickError> {
+    if !snap.sources.nvml.up {
+        let why = match &snap.sources.nvml.error {
+            Some(e) if e.is_disabled() => "turned off (--no-nvml or the configuration)".to_owned(),
+            Some(e) => e.to_string(),
+            None => "it did not answer".to_owned(),
+        };
+        return Err(PickError::GpuSourceDown(
+            escape::terminal(&why).into_owned(),
+        ));
+    }
     let with_verdict: Vec<&Workload> = snap
         .workloads
         .iter()
@@ -47,7 +65,7 @@ pub fn pick<'a>(snap: &'a Snapshot, names: &[String]) -> Result<Vec<&'a Workload
                 .iter()
                 .map(|w| escape::terminal(&escape::bounded(&w.name, NAME_MAX_CHARS)).into_owned())
                 .collect();
-            return Err(NoSuchWorkload {
+            return Err(PickError::NoSuchWorkload {
                 name: escape::bounded(n, NAME_MAX_CHARS).into_owned(),
                 running,
             });
@@ -196,7 +214,7 @@ mod tests {
                 judged("eval", VerdictKind::Idle, "-"),
             ],
         );
-        let names = |p: Result<Vec<&Workload>, NoSuchWorkload>| -> Vec<String> {
+        let names = |p: Result<Vec<&Workload>, PickError>| -> Vec<String> {
             p.unwrap().iter().map(|w| w.name.clone()).collect()
         };
         assert_eq!(names(pick(&snap, &[])), ["trainer", "eval"]);
@@ -208,5 +226,23 @@ mod tests {
             err.to_string(),
             "no workload named \"nope\"; those holding a GPU: trainer, eval"
         );
+    }
+
+    /// With NVML down no workload holds a GPU as far as the agent sees: that is "cannot tell",
+    /// never "none", whether names were given or not.
+    #[test]
+    fn with_nvml_down_picking_fails_and_says_why_rather_than_finding_none() {
+        let mut snap = snapshot(0, vec![], vec![container("trainer")]);
+        snap.sources.nvml = crate::model::SourceState::from_error(
+            crate::model::SourceError::failed("libnvidia-ml.so.1: not found\u{1b}[2J"),
+        );
+        for names in [vec![], vec!["trainer".to_owned()]] {
+            let err = pick(&snap, &names).unwrap_err();
+            let text = err.to_string();
+            assert!(matches!(err, PickError::GpuSourceDown(_)), "{text}");
+            assert!(text.contains("NVML) is down: "), "{text}");
+            assert!(text.contains("libnvidia-ml.so.1: not found"), "{text}");
+            assert!(!text.contains('\u{1b}'), "escaped: {text}");
+        }
     }
 }
