@@ -366,13 +366,16 @@ fn a_container_that_stops_mid_window_keeps_its_partial_window() {
         {"pid": c.pid, "used_memory_bytes": 2 * GIB, "sm_util_file": sm}
     ]}]});
     let id = c.id.clone();
-    // stop it 1.5 s into the 3 s window
-    let killer = std::thread::spawn(move || {
-        std::thread::sleep(std::time::Duration::from_millis(1500));
-        docker(&["kill", &id]);
+    // stop it 1.5 s into the 3 s window, counted from the baseline round, whatever the time
+    // gpuwatch took to start
+    let mut killer = None;
+    let run = snapshot_around_baseline(&scenario, &["--window", "3s"], || {
+        killer = Some(std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+            docker(&["kill", &id]);
+        }));
     });
-    let run = snapshot(&scenario, &["--window", "3s"]);
-    killer.join().unwrap();
+    killer.expect("killed at the baseline").join().unwrap();
     assert!(run.status.success(), "{}", run.stderr);
     let s = &run.json;
     let w = workload(s, &format!("docker:{}", c.id));

@@ -723,6 +723,17 @@ impl JobReport {
         }
     }
 
+    /// Whether the job ran through the whole of a snapshot's window: its report begins before
+    /// the window and goes on past it.
+    pub fn covers(&self, snap: &Value) -> bool {
+        let end = snap["taken_at_unix_ms"].as_f64().expect("taken_at_unix_ms");
+        let window = snap["window_seconds"].as_f64().expect("window_seconds");
+        let (Some(first), Some(last)) = (self.0.first(), self.0.last()) else {
+            return false;
+        };
+        first.unix_ms < end - window * 1e3 && last.unix_ms > end
+    }
+
     /// What the job did in a snapshot's window (`taken_at_unix_ms`, `window_seconds`).
     pub fn in_window(&self, snap: &Value) -> JobTally {
         let end = snap["taken_at_unix_ms"].as_f64().expect("taken_at_unix_ms");
