@@ -72,7 +72,6 @@ fn calls_are_counted_per_container_through_one_attachment() {
     require_root();
     let go = tempfile::tempdir().unwrap();
     let trigger = format!("{}:/go", go.path().display());
-    let (dir, mount) = reports();
     let a = cuda_container(
         &unique("cuda-a"),
         &[],
@@ -301,7 +300,7 @@ fn probes_attach_while_a_gpu_idles_under_a_busy_loop_and_detach_after() {
     // that starts 4 s into the recording and stops 6 s later (needs them, then no longer).
     let go = tempfile::tempdir().unwrap();
     let trigger = format!("{}:/go", go.path().display());
-    let (dir, mount) = reports();
+    let (job_reports, mount) = reports();
     let busy = cuda_container(
         &unique("cuda-busy"),
         &[],
@@ -375,7 +374,7 @@ fn probes_attach_while_a_gpu_idles_under_a_busy_loop_and_detach_after() {
     // While attached and the launch-bound job ran through the window: traced, its launches
     // as many as it made, with its verdict; the GPU-bound job's launches counted too. (The
     // windows it starts or ends in hold only part of its run.)
-    let job = JobReport::read(&dir.path().join("bound"));
+    let job = JobReport::read(&job_reports.path().join("bound"));
     let working: Vec<&Value> = rows[on..off]
         .iter()
         .filter(|r| cuda(r, &bound)["traced"] == true)
