@@ -533,3 +533,66 @@ fn compare_matches_a_job_across_recordings_and_gives_its_busy_gain() {
     assert!(ok, "{err}");
     assert!(table.contains(&format!("{ratio:.2}×")), "{table}");
 }
+
+/// `gpuwatch … | head`: a reader that closes the pipe before the command writes ends the
+/// command quietly with status 0, as it asked for no more (it printed "Broken pipe (os error
+/// 32)" with status 1, and `completions` panicked).
+#[test]
+fn a_reader_that_closes_the_pipe_ends_the_command_quietly() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let example = root.join("examples/h100-jobs.jsonl");
+    let config = root.join("deploy/gpuwatch.yaml");
+    let (example, config) = (example.to_str().unwrap(), config.to_str().unwrap());
+    for args in [
+        &["report", example, "--format", "json"][..],
+        &["report", example],
+        &["completions", "bash"],
+        &["man"],
+        &["check-config", config],
+    ] {
+        let mut child = Command::new(support::gpuwatch_bin())
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // closed before it writes a byte
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {:?} {stderr}", out.status);
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+    }
+}
+
+/// A recording without GPU data (as made while NVML was down: containers with CPU and memory,
+/// no GPU rows): `plot` fails saying so, instead of writing nothing and succeeding.
+#[test]
+fn plot_of_a_recording_without_gpu_data_fails_and_says_why() {
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/h100-jobs.jsonl");
+    let text = std::fs::read_to_string(example).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("rec.jsonl");
+    let mut out = String::new();
+    for line in text.lines().take(200) {
+        let mut snap: serde_json::Value = serde_json::from_str(line).unwrap();
+        snap["gpus"] = serde_json::json!([]);
+        for w in snap["workloads"].as_array_mut().unwrap() {
+            w["gpu"] = serde_json::json!({"memory_bytes": 0, "processes": 0, "per_gpu": []});
+            w["verdict"] = serde_json::Value::Null;
+        }
+        out.push_str(&snap.to_string());
+        out.push('\n');
+    }
+    std::fs::write(&rec, out).unwrap();
+    let (ok, report, err) = gpuwatch(&["report", rec.to_str().unwrap()]);
+    assert!(ok, "the recording reads: {err}");
+    assert!(report.contains("0 GPU(s)"), "{report}");
+    let plots = dir.path().join("plots");
+    let (ok, out, err) = gpuwatch(&["plot", rec.to_str().unwrap(), "-o", plots.to_str().unwrap()]);
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("no GPU data to plot") && err.contains("rec.jsonl"),
+        "{err}"
+    );
+}

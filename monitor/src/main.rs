@@ -9,12 +9,30 @@ use gpuwatch::config::Config;
 fn main() -> std::process::ExitCode {
     match run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // `gpuwatch … | head`: the reader had what it wanted. Not a failure, nothing to say.
+        Err(e) if reader_went_away(&e) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // The whole chain on one line: what failed, and why.
             eprintln!("gpuwatch: error: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Whether a command failed because whoever read its output closed the pipe (EPIPE, from
+/// a write of its own or through the JSON and CSV writers).
+fn reader_went_away(e: &anyhow::Error) -> bool {
+    use std::io::ErrorKind::BrokenPipe;
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == BrokenPipe)
+            || c.downcast_ref::<serde_json::Error>()
+                .and_then(serde_json::Error::io_error_kind)
+                == Some(BrokenPipe)
+            || c.downcast_ref::<csv::Error>().is_some_and(
+                |e| matches!(e.kind(), csv::ErrorKind::Io(io) if io.kind() == BrokenPipe),
+            )
+    })
 }
 
 /// The command line; `gpuwatch` without a command is `gpuwatch snapshot`, as bare `nvidia-smi`
@@ -75,13 +93,14 @@ fn run() -> Result<()> {
         Command::Compare(args) => return cli::report::compare(args),
         Command::Completions { shell } => {
             use clap::CommandFactory;
-            clap_complete::generate(
-                *shell,
-                &mut Cli::command(),
-                "gpuwatch",
-                &mut std::io::stdout(),
-            );
-            return Ok(());
+            use std::io::Write;
+            // Into a buffer first: the generator panics on a failed write (a closed pipe).
+            let mut script = Vec::new();
+            clap_complete::generate(*shell, &mut Cli::command(), "gpuwatch", &mut script);
+            return std::io::stdout()
+                .lock()
+                .write_all(&script)
+                .context("writing the completions");
         }
         Command::Man { dir } => {
             use clap::CommandFactory;

@@ -1,6 +1,7 @@
 //! `gpuwatch check-config`: validates a config file and says what it enables.
-use anyhow::Result;
+use anyhow::{Context, Result};
 use gpuwatch::config::Config;
+use std::io::Write;
 
 pub(crate) fn check_config(file: &std::path::Path) -> Result<()> {
     let c = Config::load(file)?;
@@ -10,7 +11,8 @@ pub(crate) fn check_config(file: &std::path::Path) -> Result<()> {
         .copied()
         .filter(|name| r.is_enabled(name))
         .collect();
-    println!(
+    writeln!(
+        std::io::stdout().lock(),
         "{}: ok (interval {}, serve {}, {} of {} alert rules enabled: {}; notify: log{}{})",
         file.display(),
         humantime::format_duration(c.interval),
@@ -28,6 +30,6 @@ pub(crate) fn check_config(file: &std::path::Path) -> Result<()> {
         } else {
             ""
         },
-    );
-    Ok(())
+    )
+    .context("writing to stdout")
 }

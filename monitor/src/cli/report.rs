@@ -1,6 +1,6 @@
 //! `gpuwatch plot`, `gpuwatch report` and `gpuwatch compare`: charts, summaries and
 //! comparisons from recordings (CSV or JSON Lines).
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use std::io::Write;
 use std::path::PathBuf;
@@ -61,9 +61,20 @@ pub(crate) fn plot(args: &PlotArgs) -> Result<()> {
     let rec = read(&args.recording)?;
     let summary = gpuwatch::recording::summary::summarise(&rec, "", &Default::default());
     let files =
-        gpuwatch::output::plot::plot_all(&rec, &summary.containers, &args.output, &args.format)?;
+        gpuwatch::output::plot::plot_all(&rec, &summary.containers, &args.output, &args.format)
+            .with_context(|| format!("plotting {}", args.recording.display()))?;
+    // Made while NVML was down: containers, but no chart is about any of them.
+    if files.is_empty() {
+        bail!(
+            "{}: the recording has no GPU data to plot: {} workload(s) in it, none holding a \
+             GPU, and no GPU rows (was NVML down while it recorded?)",
+            args.recording.display(),
+            rec.workloads.len()
+        );
+    }
+    let mut stdout = std::io::stdout().lock();
     for f in files {
-        println!("{}", f.display());
+        writeln!(stdout, "{}", f.display()).context("writing to stdout")?;
     }
     Ok(())
 }
