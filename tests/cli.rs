@@ -596,3 +596,18 @@ fn plot_of_a_recording_without_gpu_data_fails_and_says_why() {
         "{err}"
     );
 }
+
+/// A missing file: the error names it, and its cause once (it was printed twice).
+#[test]
+fn a_missing_file_is_named_with_its_cause_once() {
+    for command in ["report", "plot", "check-config"] {
+        let (ok, _, err) = gpuwatch(&[command, "/nonexistent/rec.csv"]);
+        assert!(!ok, "{command}");
+        assert!(err.contains("/nonexistent/rec.csv"), "{command}: {err}");
+        assert_eq!(
+            err.matches("No such file or directory").count(),
+            1,
+            "{command}: {err}"
+        );
+    }
+}

@@ -13,10 +13,27 @@ fn main() -> std::process::ExitCode {
         Err(e) if reader_went_away(&e) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // The whole chain on one line: what failed, and why.
-            eprintln!("gpuwatch: error: {e:#}");
+            eprintln!("gpuwatch: error: {}", one_line(&e));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes on one line, each cause once: a message that already ends with
+/// its cause's words (`reading FILE: No such file or directory`) does not get them again.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.ends_with(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 /// Whether a command failed because whoever read its output closed the pipe (EPIPE, from
@@ -160,4 +177,33 @@ fn init_logging(format: LogFormat, filter: &str) -> Result<()> {
         LogFormat::Json => builder.json().init(),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("reading {path}: {source}")]
+    struct Reading {
+        path: String,
+        source: std::io::Error,
+    }
+
+    /// A cause quoted by the message above it is printed once; other causes each in turn.
+    #[test]
+    fn each_cause_is_said_once() {
+        let e = anyhow::Error::new(Reading {
+            path: "/x.csv".into(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "No such file"),
+        });
+        assert_eq!(one_line(&e), "reading /x.csv: No such file");
+        let e = e.context("plotting /x.csv");
+        assert_eq!(
+            one_line(&e),
+            "plotting /x.csv: reading /x.csv: No such file"
+        );
+        let e = anyhow::anyhow!("the cause").context("what failed");
+        assert_eq!(one_line(&e), "what failed: the cause");
+    }
 }
