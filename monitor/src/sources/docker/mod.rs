@@ -221,7 +221,10 @@ pub async fn run(
 
 #[derive(Debug, thiserror::Error)]
 enum FollowError {
-    #[error("cannot connect to Docker at {socket}: {source}")]
+    #[error(
+        "cannot connect to Docker at {socket}{}: {source}",
+        access_hint(source)
+    )]
     Connect {
         socket: String,
         source: bollard::errors::Error,
@@ -234,6 +237,27 @@ enum FollowError {
     },
     #[error("Docker at {socket}: the event stream ended")]
     StreamEnded { socket: String },
+}
+
+/// What to do when the socket refused this user: the kernel's EACCES, anywhere in the chain.
+/// (bollard's I/O variant is transparent: its own io::Error is not in the source chain.)
+fn access_hint(e: &bollard::errors::Error) -> &'static str {
+    use std::io::ErrorKind::PermissionDenied;
+    let mut refused =
+        matches!(e, bollard::errors::Error::IOError { err } if err.kind() == PermissionDenied);
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause.filter(|_| !refused) {
+        refused = c
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == PermissionDenied);
+        cause = c.source();
+    }
+    if refused {
+        " (this user may not use Docker's socket: run gpuwatch as root, or as a member of the \
+         socket's group, usually docker)"
+    } else {
+        ""
+    }
 }
 
 /// A connected engine: Docker's API, answered by Docker or by Podman's compatible service.
@@ -570,6 +594,29 @@ pub fn container_info(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A socket this user may not open says what to do about it; another failure does not.
+    #[test]
+    fn a_socket_refused_to_this_user_names_the_fix() {
+        let refused = FollowError::Connect {
+            socket: "/var/run/docker.sock".into(),
+            source: bollard::errors::Error::IOError {
+                err: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+            },
+        };
+        let text = refused.to_string();
+        assert!(
+            text.contains("run gpuwatch as root, or as a member"),
+            "{text}"
+        );
+        let missing = FollowError::Connect {
+            socket: "/var/run/docker.sock".into(),
+            source: bollard::errors::Error::IOError {
+                err: std::io::Error::from(std::io::ErrorKind::NotFound),
+            },
+        };
+        assert!(!missing.to_string().contains("member"), "{missing}");
+    }
 
     #[test]
     fn a_request_error_says_why_beneath_the_client_text() {
