@@ -543,6 +543,8 @@ fn a_reader_that_closes_the_pipe_ends_the_command_quietly() {
     let example = root.join("examples/h100-jobs.jsonl");
     let config = root.join("deploy/gpuwatch.yaml");
     let (example, config) = (example.to_str().unwrap(), config.to_str().unwrap());
+    // The Markdown report writes its charts beside where it runs.
+    let cwd = tempfile::tempdir().unwrap();
     for args in [
         &["report", example, "--format", "json"][..],
         &["report", example],
@@ -552,6 +554,7 @@ fn a_reader_that_closes_the_pipe_ends_the_command_quietly() {
     ] {
         let mut child = Command::new(support::gpuwatch_bin())
             .args(args)
+            .current_dir(cwd.path())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
