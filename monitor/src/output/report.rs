@@ -24,7 +24,7 @@ fn host_line(t: &HostTotals) -> String {
         .energy_kwh
         .map(|e| {
             let idle: f64 = t.idle_energy_kwh.values().sum();
-            format!(" Energy {e:.3} kWh, {idle:.3} of it while idle.")
+            format!(" Energy {}, {} of it while idle.", energy(e), energy(idle))
         })
         .unwrap_or_default();
     let cost = t
@@ -50,16 +50,50 @@ fn energy_text(c: &ContainerSummary) -> String {
     let idle: Vec<String> = c
         .idle_energy_kwh
         .iter()
-        .map(|(k, e)| format!("{k} {e:.3}"))
+        .map(|(k, e)| format!("{k} {}", energy(*e)))
         .collect();
     format!(
-        "{total:.3} kWh; idle: {}",
+        "{}; idle: {}",
+        energy(total),
         if idle.is_empty() {
             "none".to_owned()
         } else {
-            idle.join(", ") + " kWh"
+            idle.join(", ")
         }
     )
+}
+
+/// Energy in a unit that shows it: kWh from 0.1 kWh, Wh below (a short run's "0.000 kWh"
+/// says nothing).
+fn energy(kwh: f64) -> String {
+    let wh = kwh * 1000.0;
+    if kwh >= 0.1 {
+        format!("{kwh:.3} kWh")
+    } else if wh >= 10.0 {
+        format!("{wh:.0} Wh")
+    } else {
+        format!("{wh:.1} Wh")
+    }
+}
+
+/// The idle GPU-hours by cause, largest first, leaving out the causes too small to show at
+/// three decimals (a window of warm-up read "GPU-bound 0.000").
+fn idle_by_cause(idle: &std::collections::BTreeMap<String, f64>) -> String {
+    let mut parts: Vec<(&String, &f64)> = idle.iter().filter(|(_, h)| **h >= 0.0005).collect();
+    parts.sort_by(|a, b| b.1.total_cmp(a.1));
+    if parts.is_empty() {
+        let total: f64 = idle.values().sum();
+        return if total > 0.0 {
+            "under 0.001".into()
+        } else {
+            "none".into()
+        };
+    }
+    parts
+        .iter()
+        .map(|(k, h)| format!("{k} {h:.3}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn pct(v: Option<f64>) -> String {
@@ -118,15 +152,7 @@ fn container_rows(c: &ContainerSummary) -> Vec<(&'static str, String)> {
             format!(
                 "{:.3} busy; idle: {}",
                 c.busy_gpu_hours,
-                if c.idle_gpu_hours.is_empty() {
-                    "none".to_owned()
-                } else {
-                    c.idle_gpu_hours
-                        .iter()
-                        .map(|(k, h)| format!("{k} {h:.3}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                }
+                idle_by_cause(&c.idle_gpu_hours)
             ),
         ),
         ("energy (its part of its GPUs')", energy_text(c)),
@@ -303,7 +329,7 @@ pub fn markdown(r: &Report, chart: &dyn Fn(&str) -> Option<String>) -> String {
             opt(g.mean_temperature_celsius, " °C", 0),
             opt(g.peak_temperature_celsius, " °C", 0),
             opt(g.peak_memory_percent, "%", 1),
-            opt(g.energy_kwh, " kWh", 3),
+            g.energy_kwh.map_or("–".into(), energy),
             md(&alerts_text(&g.alerts))
         );
     }
@@ -380,7 +406,7 @@ pub fn html(r: &Report, svg: &dyn Fn(&str) -> Option<String>) -> String {
                             td { (pcie_text(g)) }
                             td { (opt(g.peak_temperature_celsius, " °C", 0)) }
                             td { (opt(g.peak_memory_percent, "%", 1)) }
-                            td { (opt(g.energy_kwh, " kWh", 3)) }
+                            td { (g.energy_kwh.map_or("–".into(), energy)) }
                             td { (alerts_text(&g.alerts)) }
                         }
                     }
@@ -633,13 +659,27 @@ mod tests {
         let md = markdown(&r, &|_| None);
         assert!(md.contains("The idle time cost 0.82 EUR."), "{md}");
         assert!(
-            md.contains("All containers: 1.000 GPU-hours held, 0.625 busy, 0.375 idle, most under input-bound: I/O (0.375 h). Energy 0.360 kWh, 0.135 of it while idle. Cost 2.18 EUR, 0.82 of it idle."),
+            md.contains("All containers: 1.000 GPU-hours held, 0.625 busy, 0.375 idle, most under input-bound: I/O (0.375 h). Energy 0.360 kWh, 0.135 kWh of it while idle. Cost 2.18 EUR, 0.82 of it idle."),
             "{md}"
         );
         assert!(
             md.contains("0.360 kWh; idle: input-bound: I/O 0.135 kWh"),
             "{md}"
         );
+        // A short run's energy in Wh, not "0.000 kWh"; idle causes too small to show left out.
+        assert_eq!(energy(0.0004), "0.4 Wh");
+        assert_eq!(energy(0.027), "27 Wh");
+        let idle = std::collections::BTreeMap::from([
+            ("GPU-bound".to_owned(), 0.0001),
+            ("input-bound: I/O".to_owned(), 0.002),
+            ("unknown".to_owned(), 0.004),
+        ]);
+        assert_eq!(
+            idle_by_cause(&idle),
+            "unknown 0.004, input-bound: I/O 0.002"
+        );
+        let warm_up = std::collections::BTreeMap::from([("GPU-bound".to_owned(), 0.0001)]);
+        assert_eq!(idle_by_cause(&warm_up), "under 0.001");
         // Without prices, no money anywhere.
         let r = summarise(&rec, "run.csv", &Prices::default());
         assert!(r.containers[0].cost.is_none());
