@@ -33,8 +33,8 @@ impl View {
         } else if self.detail {
             "Esc closes · ↑↓ another container · q quit".to_owned()
         } else {
-            "q quit · ↑↓ select · Enter why · s sort · r reverse · / filter · g GPU holders only"
-                .to_owned()
+            // Within 80 columns.
+            "q quit · ↑↓ Enter why · s sort · r reverse · / filter · Esc clear · g GPUs".to_owned()
         };
         f.render_widget(Paragraph::new(help), foot);
     }

@@ -90,11 +90,13 @@ impl View {
             return true;
         }
         match k.code {
+            // Esc closes the pane, else clears the filter; it never quits (q does, as in htop).
             KeyCode::Esc if self.detail => self.detail = false,
+            KeyCode::Esc => self.filter.clear(),
             KeyCode::Enter => self.detail = !self.detail,
             KeyCode::Down | KeyCode::Char('j') => self.selected = self.selected.saturating_add(1),
             KeyCode::Up | KeyCode::Char('k') => self.selected = self.selected.saturating_sub(1),
-            KeyCode::Char('q') | KeyCode::Esc => return false,
+            KeyCode::Char('q') => return false,
             KeyCode::Char('s') => self.sort = self.sort.next(),
             KeyCode::Char('r') => self.reverse = !self.reverse,
             KeyCode::Char('g') => self.gpu_only = !self.gpu_only,
@@ -271,10 +273,19 @@ mod tests {
         assert!(text.contains("Why (Esc closes)"), "{text}");
         assert!(text.contains("advice: cache the dataset in RAM"), "{text}");
         assert!(!text.contains("advice of the first"), "{text}");
-        // Esc closes the detail; a second Esc quits.
+        // Esc closes the detail; a second Esc does not quit (q does).
         assert!(v.key(key(KeyCode::Esc)));
         assert!(!screen(&v, &e).contains("Why (Esc closes)"));
-        assert!(!v.key(key(KeyCode::Esc)));
+        assert!(v.key(key(KeyCode::Esc)));
+        assert!(!v.key(key(KeyCode::Char('q'))));
+        // A kept filter: Esc clears it.
+        let mut v = View::new(false);
+        for k in [KeyCode::Char('/'), KeyCode::Char('x'), KeyCode::Enter] {
+            assert!(v.key(key(k)));
+        }
+        assert_eq!(v.filter, "x");
+        assert!(v.key(key(KeyCode::Esc)));
+        assert_eq!(v.filter, "");
         // Past the last row, the last stays selected.
         let mut v = View::new(false);
         for _ in 0..5 {
