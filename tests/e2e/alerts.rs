@@ -633,8 +633,8 @@ fn doctor_gates_a_launch() {
         .map(|c| (c["check"].as_str().unwrap(), c["value"].as_str().unwrap()))
         .collect();
     assert!(
-        matches!(not_ok[..], [("start_temperature", v)]
-            if v.starts_with("38 °C, busy ") && v.ends_with(&format!("% with {}", c.name))),
+        matches!(not_ok[..], [("gpu_in_use", v)]
+            if v.starts_with("busy ") && v.ends_with(&format!("% with {} (38 °C)", c.name))),
         "{report:#}"
     );
     assert_eq!(report["status"], "warning");

@@ -175,12 +175,16 @@ fn doctor_checks_the_gpus_the_launch_will_use_and_calls_a_busy_one_busy() {
     };
     // Every GPU: the busy one is busy, with whom; it does not hold the launch.
     let (_, all) = doctor(&[], &[]);
-    let busy = check(&all, "start_temperature", "GPU 0");
+    let busy = check(&all, "gpu_in_use", "GPU 0");
     assert_eq!(busy["status"], "warning", "{busy:#}");
     assert_eq!(
         busy["value"],
-        format!("62 °C, busy 94% with {}", other.name),
+        format!("busy 94% with {} (62 °C)", other.name),
         "{busy:#}"
+    );
+    assert!(
+        temperature_rows(&all).iter().all(|(gpu, _)| gpu != "GPU 0"),
+        "a GPU in use is not judged by its temperature: {all:#}"
     );
     // The launch's GPU only, from --gpu or the environment CUDA reads.
     for (args, env) in [

@@ -43,7 +43,10 @@ pub const CHECKS: &[(&[&str], Examine)] = &[
     ),
     (&[nvml_latency::NAME], nvml_latency::examine),
     (&[gpu_lost::NAME], gpu_lost::examine),
-    (&[start_temperature::NAME], start_temperature::examine),
+    (
+        &[start_temperature::NAME, start_temperature::IN_USE],
+        start_temperature::examine,
+    ),
     (&[gpu_temperature_high::NAME], gpu_temperature_high::examine),
     (&[gpu_memory_high::NAME], gpu_memory_high::examine),
     (&[throttling::NAME], throttling::examine),

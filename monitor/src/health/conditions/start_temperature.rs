@@ -2,12 +2,15 @@
 //! pre-launch check). Doctor only: an alert has no "before". A GPU another job keeps busy is
 //! warm from that job's work, not from a cooling fault: it is reported as busy, with whom, and
 //! does not hold the launch (on a shared host another team's GPU at 62 °C made
-//! `gpuwatch doctor && python train.py` never start).
+//! `gpuwatch doctor && python train.py` never start): under its own name, `gpu_in_use`, not
+//! as a temperature.
 use crate::health::check::{gpu_subject, level, Checks, Status, Window};
 use crate::health::doctor_config::Levels;
 use crate::model::{Gpu, Snapshot};
 
 pub const NAME: &str = "start_temperature";
+/// A GPU other jobs keep busy before the launch.
+pub const IN_USE: &str = "gpu_in_use";
 
 /// Doctor's levels for a GPU's temperature before a launch (an idle GPU runs near 30–45 °C).
 pub const DOCTOR: Levels<u32> = Levels { ok: 45, risk: 55 };
@@ -32,10 +35,14 @@ pub fn examine(window: &Window<'_>, out: &mut Checks) {
         let holders = holders(g, window.last());
         if let (Some(b), false) = (busy.filter(|b| *b >= IN_USE_BUSY), holders.is_empty()) {
             out.add(
-                NAME,
+                IN_USE,
                 gpu_subject(g),
                 Status::Warning,
-                format!("{t} °C, busy {:.0}% with {}", b * 100.0, holders.join(", ")),
+                format!(
+                    "busy {:.0}% with {} ({t} °C)",
+                    b * 100.0,
+                    holders.join(", ")
+                ),
                 "a GPU no other job keeps busy",
                 &format!(
                     "GPU {} is in use by {}: a job launched on it shares it (time-sliced). Launch \
@@ -107,8 +114,9 @@ mod tests {
             vec![snapshot(0, vec![g], vec![other.clone()])]
         };
         let checks = crate::health::conditions::testing::doctor_checks(examine, &warm(0.94));
+        assert_eq!(checks.0[0].check, IN_USE);
         assert_eq!(checks.0[0].status, Status::Warning);
-        assert_eq!(checks.0[0].value, "62 °C, busy 94% with share-hi");
+        assert_eq!(checks.0[0].value, "busy 94% with share-hi (62 °C)");
         assert!(checks.0[0].action.contains("GPU 0 is in use by share-hi"));
         // Held but idle (IN_USE_BUSY): its temperature is judged as before.
         assert_eq!(
