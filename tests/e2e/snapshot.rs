@@ -458,6 +458,21 @@ fn the_smaller_holder_of_a_shared_gpu_is_told_contention_by_name() {
         !text.contains(&format!("{}:", big.name)),
         "only the one asked for: {text}"
     );
+    // As JSON for programs: the same verdict.
+    let out = gpuwatch_on(&path)
+        .args(["why", &small.name, "--window", "2s", "--json"])
+        .output()
+        .unwrap();
+    let picked: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(picked.as_array().map(Vec::len), Some(1), "{picked:#}");
+    assert_eq!(picked[0]["name"], small.name.as_str(), "{picked:#}");
+    assert_eq!(
+        picked[0]["id"],
+        format!("docker:{}", small.id),
+        "{picked:#}"
+    );
+    assert_eq!(picked[0]["verdict"]["kind"], "contention", "{picked:#}");
     let out = gpuwatch_on(&path)
         .args(["snapshot", "-v", "--window", "1s"])
         .output()

@@ -42,6 +42,10 @@ pub(crate) struct WhyArgs {
     /// Containers (or workloads) by name, id or compose service; default: every one holding a
     /// GPU.
     pub(crate) names: Vec<String>,
+    /// `--format json` (`--json`): an array of the picked workloads' id, name, compose service
+    /// and verdict (the snapshot schema's `verdict`).
+    #[command(flatten)]
+    pub(crate) print: super::PrintArgs,
 }
 
 /// A one-shot agent's first window: the baseline round, then the round `window` later.
@@ -70,6 +74,22 @@ pub(crate) fn why(args: &WhyArgs, config: &Config) -> Result<()> {
     let (_agent, snap) = first_window(&args.sources, config, args.window)?;
     let picked = why::pick(&snap, &args.names)?;
     let mut stdout = std::io::stdout().lock();
+    if args.print.json() {
+        let verdicts: Vec<serde_json::Value> = picked
+            .iter()
+            .map(|w| {
+                serde_json::json!({
+                    "id": w.id.to_string(),
+                    "name": w.name,
+                    "compose_service": w.container.as_ref().and_then(|c| c.compose_service.as_deref()),
+                    "verdict": w.verdict,
+                })
+            })
+            .collect();
+        serde_json::to_writer_pretty(&mut stdout, &verdicts).context("writing JSON")?;
+        writeln!(stdout).context("writing JSON")?;
+        return stdout.flush().context("writing to stdout");
+    }
     if picked.is_empty() {
         writeln!(stdout, "No workload holds a GPU.").context("writing to stdout")?;
     }
