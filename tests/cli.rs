@@ -517,6 +517,8 @@ fn compare_matches_a_job_across_recordings_and_gives_its_busy_gain() {
     };
     let (pageable, pinned) = (busy("/gw-acc-pageable"), busy("/gw-acc-pinned"));
     let (ok, json, err) = gpuwatch(&["compare", &before, &after, "--json"]);
+    let (_, long, _) = gpuwatch(&["compare", &before, &after, "--format", "json"]);
+    assert_eq!(json, long, "--json is short for --format json");
     assert!(ok, "{err}");
     let c: serde_json::Value = serde_json::from_str(&json).unwrap();
     let pair = &c["containers"][0];

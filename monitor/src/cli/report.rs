@@ -176,9 +176,18 @@ pub(crate) struct CompareArgs {
     pub(crate) before: PathBuf,
     /// The recording after it.
     pub(crate) after: PathBuf,
-    /// JSON instead of a Markdown table.
-    #[arg(long)]
+    /// A Markdown table for people, JSON for programs.
+    #[arg(long, value_enum, default_value_t = CompareFormat::Markdown)]
+    pub(crate) format: CompareFormat,
+    /// Short for --format json.
+    #[arg(long, conflicts_with = "format")]
     pub(crate) json: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum CompareFormat {
+    Markdown,
+    Json,
 }
 
 pub(crate) fn compare(args: &CompareArgs) -> Result<()> {
@@ -195,7 +204,7 @@ pub(crate) fn compare(args: &CompareArgs) -> Result<()> {
         ))
     };
     let c = compare::compare(&summary(&args.before)?, &summary(&args.after)?);
-    let text = if args.json {
+    let text = if args.json || args.format == CompareFormat::Json {
         serde_json::to_string_pretty(&c).context("encoding the comparison")? + "\n"
     } else {
         compare::markdown(&c)
