@@ -316,6 +316,27 @@ fn json_is_short_for_format_json_everywhere() {
         let both = run(&[cmd, &["--json", "--format", "text"], &quiet].concat());
         assert_eq!(both.status.code(), Some(64), "{cmd:?}: both spellings");
     }
+    // doctor takes -i for --gpu, as snapshot, record and top do.
+    let short = run(&[
+        &["doctor", "-i", "0", "--json", "--window", "0.2"][..],
+        &quiet,
+    ]
+    .concat());
+    let long = run(&[
+        &["doctor", "--gpu", "0", "--json", "--window", "0.2"][..],
+        &quiet,
+    ]
+    .concat());
+    assert_eq!(short.status.code(), long.status.code());
+    let doc: serde_json::Value = serde_json::from_slice(&short.stdout).expect("doctor -i: JSON");
+    assert!(
+        doc["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["check"] == "launch_gpus"),
+        "{doc:#}"
+    );
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("r.csv");
     std::fs::write(

@@ -21,8 +21,8 @@ pub(crate) struct DoctorArgs {
     pub(crate) window: Option<Duration>,
     /// The GPUs the launch will use (`0,1`, UUIDs), as CUDA_VISIBLE_DEVICES lists them: the
     /// per-GPU checks look at these only. Default: CUDA_VISIBLE_DEVICES, else
-    /// NVIDIA_VISIBLE_DEVICES, else every GPU.
-    #[arg(long, value_name = "LIST")]
+    /// NVIDIA_VISIBLE_DEVICES, else every GPU. `-i`, as for snapshot, record and top.
+    #[arg(long, short = 'i', value_name = "LIST")]
     pub(crate) gpu: Option<String>,
 }
 
