@@ -3,7 +3,7 @@ mod cli;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use cli::{Cli, Command, LogFormat};
+use cli::{Cli, Command};
 use gpuwatch::config::Config;
 
 fn main() -> std::process::ExitCode {
@@ -103,7 +103,7 @@ fn run() -> Result<()> {
     } else {
         &cli.log
     };
-    init_logging(cli.log_format, filter)?;
+    cli::logging::init_logging(cli.log_format, filter)?;
     match &cli.command {
         Command::CheckConfig { file } => return cli::check_config::check_config(file),
         Command::Plot(args) => return cli::report::plot(args),
@@ -155,113 +155,9 @@ fn run() -> Result<()> {
     }
 }
 
-/// Libraries whose debug and trace events carry tenant data, capped at INFO whatever `--log`
-/// asks: bollard logs every inspect body (a container's environment: its secrets) at DEBUG, the
-/// HTTP stacks headers and bodies. A filter of its own beside the directives, so that no more
-/// specific directive (`bollard::docker=debug`) can raise them.
-const CAPPED_AT_INFO: [&str; 5] = ["bollard", "hyper", "hyper_util", "ureq", "ureq_proto"];
-
-/// Whether `target` is one of [`CAPPED_AT_INFO`] or a module of one.
-fn capped(target: &str) -> bool {
-    CAPPED_AT_INFO.iter().any(|c| {
-        target
-            .strip_prefix(c)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
-    })
-}
-
-/// The log layer: `filter`'s directives, and the cap, over `writer`.
-fn log_layer<S, W>(
-    format: LogFormat,
-    filter: &str,
-    ansi: bool,
-    writer: W,
-) -> Result<Box<dyn tracing_subscriber::Layer<S> + Send + Sync>>
-where
-    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
-    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
-{
-    use tracing_subscriber::filter::{filter_fn, FilterExt};
-    use tracing_subscriber::Layer;
-    let directives = tracing_subscriber::EnvFilter::try_new(filter)
-        .with_context(|| format!("invalid --log filter {filter:?}"))?;
-    let cap = filter_fn(|m| !capped(m.target()) || *m.level() <= tracing::Level::INFO);
-    let layer = tracing_subscriber::fmt::layer()
-        .with_ansi(ansi)
-        .with_writer(writer);
-    Ok(match format {
-        LogFormat::Text => layer.with_filter(directives.and(cap)).boxed(),
-        LogFormat::Json => layer.json().with_filter(directives.and(cap)).boxed(),
-    })
-}
-
-fn init_logging(format: LogFormat, filter: &str) -> Result<()> {
-    use std::io::IsTerminal;
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    tracing_subscriber::registry()
-        .with(log_layer(format, filter, ansi, std::io::stderr)?)
-        .try_init()
-        .context("starting the log")
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{log_layer, one_line, LogFormat};
-    use std::sync::{Arc, Mutex};
-
-    /// What the log layer wrote, for the test to read.
-    #[derive(Clone, Default)]
-    struct Written(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Written {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    /// No directive raises the Docker and HTTP clients' events above INFO: not the general
-    /// level, not their crate, not a more specific module of it (which beat the old cap).
-    #[test]
-    fn no_directive_lets_the_clients_debug_events_through() {
-        use tracing_subscriber::layer::SubscriberExt;
-        for directive in [
-            "debug",
-            "trace",
-            "bollard=trace",
-            "bollard::docker=debug",
-            "bollard::docker=trace,hyper_util::client::legacy=trace",
-            "info,bollard::docker=trace,ureq=debug",
-        ] {
-            for format in [LogFormat::Text, LogFormat::Json] {
-                let out = Written::default();
-                let writer = out.clone();
-                let layer = log_layer(format, directive, false, move || writer.clone()).unwrap();
-                let subscriber = tracing_subscriber::registry().with(layer);
-                tracing::subscriber::with_default(subscriber, || {
-                    tracing::debug!(target: "bollard::docker", "AWS_SECRET_ACCESS_KEY=AKIA1");
-                    tracing::trace!(target: "hyper_util::client::legacy", "authorization: AKIA2");
-                    tracing::debug!(target: "ureq", "AKIA3");
-                    tracing::info!(target: "bollard::docker", "connected");
-                    tracing::debug!(target: "bollardish", "not a client");
-                });
-                let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
-                assert!(!text.contains("AKIA"), "{directive}: {text}");
-                assert!(
-                    text.contains("connected"),
-                    "{directive}: INFO passes: {text}"
-                );
-                if directive == "debug" || directive == "trace" {
-                    assert!(text.contains("not a client"), "{directive}: {text}");
-                }
-            }
-        }
-    }
+    use super::one_line;
 
     #[derive(Debug, thiserror::Error)]
     #[error("reading {path}: {source}")]

@@ -1,6 +1,7 @@
 //! The command line: the arguments every command shares, and one file per command.
 pub(crate) mod check_config;
 pub(crate) mod doctor;
+pub(crate) mod logging;
 pub(crate) mod record;
 pub(crate) mod report;
 pub(crate) mod serve;
