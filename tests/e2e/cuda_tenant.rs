@@ -357,6 +357,15 @@ const FILES_MAX: usize = 64 * 4 + 64;
 /// Twice the debug build's peak here with a tenant mapping 1,000 driver copies.
 const RSS_MAX_KIB: u64 = 128 << 10;
 
+/// How far the published rounds got: the newest round's time less the oldest's (rounds are
+/// stamped as they start, one an interval).
+fn span_ms(rounds: &[u64]) -> u64 {
+    match (rounds.first(), rounds.last()) {
+        (Some(first), Some(last)) => last - first,
+        _ => 0,
+    }
+}
+
 #[test]
 fn a_thousand_driver_copies_and_a_huge_memory_map_stay_bounded() {
     require_root();
@@ -448,7 +457,12 @@ fn a_thousand_driver_copies_and_a_huge_memory_map_stay_bounded() {
         "peak {} KiB, {} files; rounds at {rounds:?}",
         peak.0, peak.1
     );
-    assert!(rounds.len() >= 12, "rounds published: {rounds:?}");
+    // Snapshots are published as the GPU series covers them, so several rounds at a time: the
+    // newest round's time says how far the rounds got, not the count of distinct ones seen.
+    assert!(
+        span_ms(&rounds) >= 14_000,
+        "20 s of rounds reached only: {rounds:?}"
+    );
     let s = snapshot_at(&addr).unwrap();
     let libs = s["cuda_tracing"]["libraries"].as_array().unwrap();
     assert!(
@@ -476,8 +490,8 @@ fn a_thousand_driver_copies_and_a_huge_memory_map_stay_bounded() {
         std::thread::sleep(Duration::from_millis(300));
     }
     assert!(
-        rounds.len() - before >= 5,
-        "rounds while the tenant's libraries were detached: {:?}",
+        span_ms(&rounds[before..]) >= 4_000,
+        "8 s of rounds while the tenant's libraries were detached reached only: {:?}",
         &rounds[before..]
     );
     let mut serve = serve;
