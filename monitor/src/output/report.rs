@@ -280,7 +280,8 @@ pub fn markdown(r: &Report, chart: &dyn Fn(&str) -> Option<String>) -> String {
         r.containers.len()
     );
     let _ = writeln!(o, "## Findings\n");
-    let _ = writeln!(o, "{}\n", host_line(&r.host));
+    // The operator's currency is in it: escaped like the tenants' strings.
+    let _ = writeln!(o, "{}\n", md(&host_line(&r.host)));
     let lines = finding_lines(r);
     if lines.is_empty() {
         let _ = writeln!(
@@ -684,6 +685,19 @@ mod tests {
         let r = summarise(&rec, "run.csv", &Prices::default());
         assert!(r.containers[0].cost.is_none());
         assert!(!markdown(&r, &|_| None).contains("cost"));
+        // The currency is the operator's text: markup and control bytes in it are escaped in
+        // every line that carries it.
+        let hostile = Prices {
+            currency: "<img src=x onerror=alert(1)>|\x1b]0;pwned\x07".into(),
+            ..prices
+        };
+        let md = markdown(&summarise(&rec, "run.csv", &hostile), &|_| None);
+        assert!(!md.contains('<') && !md.contains('\x1b'), "{md}");
+        assert_eq!(
+            md.matches("&lt;img src=x onerror=alert(1)&gt;").count(),
+            3,
+            "{md}"
+        );
     }
 
     #[test]
