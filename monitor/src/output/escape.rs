@@ -23,6 +23,25 @@ pub fn markdown(s: &str) -> String {
     out
 }
 
+/// For a Prometheus label value: control characters (ESC, CR, the C1 range, DEL) shown as
+/// `\u{1b}`-style text, so `curl …/metrics` in a terminal cannot be driven by a tenant's name.
+/// Backslashes are left to the exposition format's own escaping (`\\`), which keeps the value
+/// as the tenant wrote it otherwise.
+pub fn label_value(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if c.is_control() {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -38,6 +57,15 @@ mod tests {
         let cut = bounded(&huge, 256);
         assert_eq!(cut.chars().count(), 256);
         assert!(cut.ends_with('…'));
+    }
+
+    #[test]
+    fn a_label_value_carries_no_control_character() {
+        let hostile = "ns\x1b]0;pwned\x07\nx\\y\u{9b}";
+        let v = label_value(hostile);
+        assert!(!v.chars().any(char::is_control), "{v}");
+        assert_eq!(v, "ns\\u{1b}]0;pwned\\u{7}\\u{a}x\\y\\u{9b}");
+        assert!(matches!(label_value("ml/train-1"), Cow::Borrowed(_)));
     }
 
     #[test]

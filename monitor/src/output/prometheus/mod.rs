@@ -126,6 +126,9 @@ where
             if let std::borrow::Cow::Owned(cut) = escape::bounded(value, LABEL_MAX_CHARS) {
                 *value = cut;
             }
+            if let std::borrow::Cow::Owned(shown) = escape::label_value(value) {
+                *value = shown;
+            }
         }
         let sample = m.encode_family(&labels)?;
         match kind {
@@ -391,6 +394,28 @@ mod tests {
         assert!(text.len() < 200_000, "{} bytes", text.len());
         let cut = format!("compose_service=\"{}…\"", "s".repeat(LABEL_MAX_CHARS - 1));
         assert!(text.contains(&cut));
+    }
+
+    #[test]
+    fn a_tenants_control_bytes_never_reach_the_exposition() {
+        // `curl …/metrics` in a terminal ran the OSC sequence of a pod's namespace.
+        let mut w = full_container(0, 1);
+        let mut info = (**w.container.as_ref().unwrap()).clone();
+        info.kubernetes.as_mut().unwrap().namespace = "ns\x1b]0;pwned\x07\u{9b}2J".into();
+        w.container = Some(Arc::new(info));
+        let e = Arc::new(Published {
+            snapshot: snapshot(1_700_000_000_000, vec![gpu(0)], vec![w]),
+            alerts: Vec::new(),
+            xid_totals: BTreeMap::new(),
+            accounting: Default::default(),
+            recent: Default::default(),
+        });
+        let text = render(&e).expect("render");
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "a control character in /metrics"
+        );
+        assert!(text.contains(r#"pod_namespace="ns\\u{1b}]0;pwned\\u{7}\\u{9b}2J""#));
     }
 
     #[test]
