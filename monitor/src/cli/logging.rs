@@ -38,9 +38,30 @@ where
         .with_ansi(ansi)
         .with_writer(writer);
     Ok(match format {
-        LogFormat::Text => layer.with_filter(directives.and(cap)).boxed(),
+        LogFormat::Text => layer
+            .fmt_fields(printable_fields())
+            .with_filter(directives.and(cap))
+            .boxed(),
         LogFormat::Json => layer.json().with_filter(directives.and(cap)).boxed(),
     })
+}
+
+/// Text lines' fields, each with its control characters shown as `\u{1b}`-style escapes: a
+/// message or field carrying a tenant's name (a container, a cgroup, a library path) can neither
+/// drive the terminal reading the log nor start a forged line of its own. (JSON escapes them
+/// itself.)
+fn printable_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> {
+    use tracing_subscriber::field::MakeExt;
+    tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
+        let text = format!("{value:?}");
+        let shown = gpuwatch::output::escape::terminal(&text);
+        if field.name() == "message" {
+            write!(w, "{shown}")
+        } else {
+            write!(w, "{field}={shown}")
+        }
+    })
+    .delimited(" ")
 }
 
 pub(crate) fn init_logging(format: LogFormat, filter: &str) -> Result<()> {
@@ -71,6 +92,29 @@ mod tests {
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
+    }
+
+    /// A tenant's control bytes in a message or a field reach a text log as escapes: the only
+    /// control character left is each line's end.
+    #[test]
+    fn a_text_line_carries_no_control_character_but_its_end() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let out = Written::default();
+        let writer = out.clone();
+        let layer = log_layer(LogFormat::Text, "info", false, move || writer.clone()).unwrap();
+        let hostile = "train\x1b]0;pwned\x07\n2026-12-01T00:00:00Z ERROR forged";
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+            tracing::warn!(container = %hostile, "reading {hostile}");
+        });
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        let line = text.strip_suffix('\n').unwrap();
+        assert!(!line.chars().any(char::is_control), "{line}");
+        assert_eq!(
+            line.matches("train\\u{1b}]0;pwned\\u{7}\\u{a}2026").count(),
+            2,
+            "{line}"
+        );
     }
 
     /// No directive raises the Docker and HTTP clients' events above INFO: not the general
