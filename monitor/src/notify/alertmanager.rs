@@ -52,10 +52,13 @@ pub fn message(alert: &Alert, host: &str) -> Message {
     annotations.insert("description", alert.action.clone());
     annotations.insert("value", format!("{} {}", alert.value, alert.unit));
     annotations.insert("threshold", format!("{} {}", alert.threshold, alert.unit));
-    let group_labels = BTreeMap::from([("alertname", alert.rule.to_owned())]);
+    // One group per alert's label set: a group per rule made every holder's alert one
+    // incident in receivers that key on `groupKey`, so one holder's `resolved` closed the
+    // others'.
+    let group_labels = labels.clone();
     Message {
         version: "4",
-        group_key: format!("{{}}:{{alertname=\"{}\"}}", alert.rule),
+        group_key: group_key(&group_labels),
         truncated_alerts: 0,
         status,
         receiver: "gpuwatch",
@@ -79,6 +82,16 @@ pub fn message(alert: &Alert, host: &str) -> Message {
             generator_url: "",
         }],
     }
+}
+
+/// Alertmanager's `groupKey` for a group of the root route: `{}:` and the group's labels as a
+/// label set prints them, sorted, each value quoted and escaped.
+fn group_key(labels: &BTreeMap<&'static str, String>) -> String {
+    let set: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| format!("{k}={}", serde_json::Value::from(v.as_str())))
+        .collect();
+    format!("{{}}:{{{}}}", set.join(", "))
 }
 
 /// The alert's labels: its rule, severity and host, and what it is about.
@@ -174,9 +187,14 @@ mod tests {
         assert_eq!(v["version"], "4");
         assert_eq!(v["status"], "firing");
         assert_eq!(v["receiver"], "gpuwatch");
-        assert_eq!(v["groupKey"], "{}:{alertname=\"gpu_temperature_high\"}");
+        assert_eq!(
+            v["groupKey"],
+            "{}:{alertname=\"gpu_temperature_high\", gpu=\"0\", gpu_uuid=\"GPU-abc\", \
+             host=\"node-1\", severity=\"critical\"}"
+        );
         assert_eq!(v["truncatedAlerts"], 0);
         assert_eq!(v["groupLabels"]["alertname"], "gpu_temperature_high");
+        assert_eq!(v["groupLabels"]["gpu"], "0");
         assert_eq!(v["externalURL"], "");
         let a = &v["alerts"][0];
         assert_eq!(a["labels"]["alertname"], "gpu_temperature_high");
@@ -204,6 +222,31 @@ mod tests {
         assert_eq!(resolved["alerts"][0]["endsAt"], "2026-12-06T03:05:00Z");
         assert_eq!(resolved["alerts"][0]["fingerprint"], a["fingerprint"]);
         assert_eq!(a["fingerprint"].as_str().unwrap().len(), 16);
+    }
+
+    /// Two holders of one rule are two groups: the `resolved` of one cannot close the other's
+    /// incident in a receiver that keys on `groupKey`.
+    #[test]
+    fn each_holder_of_a_rule_is_its_own_group() {
+        let on = |index: u32| {
+            let mut a = alert(AlertState::Firing);
+            a.subject.gpu = Some(GpuRef {
+                index,
+                uuid: Some(format!("GPU-{index}")),
+            });
+            serde_json::to_value(message(&a, "node-1")).unwrap()
+        };
+        let (a, b) = (on(0), on(1));
+        assert_ne!(a["groupKey"], b["groupKey"]);
+        assert_ne!(a["groupLabels"], b["groupLabels"]);
+        // A quote in a value cannot run into the next label.
+        let mut odd = alert(AlertState::Firing);
+        odd.subject.gpu = Some(GpuRef {
+            index: 0,
+            uuid: Some("x\", host=\"node-2".into()),
+        });
+        let key = message(&odd, "node-1").group_key;
+        assert!(key.contains(r#"gpu_uuid="x\", host=\"node-2""#), "{key}");
     }
 
     #[test]
