@@ -637,3 +637,64 @@ fn a_missing_file_is_named_with_its_cause_once() {
         );
     }
 }
+
+/// Runs gpuwatch with `args`; its exit status, stderr and peak RSS in KiB (from `wait4`, this
+/// child's alone).
+fn gpuwatch_peak(args: &[&str]) -> (i32, String, i64) {
+    use std::io::Read;
+    let mut child = Command::new(support::gpuwatch_bin())
+        .args(args)
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    // SAFETY: wait4 on this test's own child, writing the status and usage it is given.
+    let (status, peak) = unsafe {
+        let mut status = 0;
+        let mut usage: libc::rusage = std::mem::zeroed();
+        assert_eq!(
+            libc::wait4(child.id() as i32, &mut status, 0, &mut usage),
+            child.id() as i32
+        );
+        (status, usage.ru_maxrss)
+    };
+    (status, err, peak)
+}
+
+/// A file that is no recording and has no line break (`/dev/zero`, a sparse file, a blob):
+/// `report`, `compare` and `plot` stop at the first row past the bound with an error naming the
+/// line, holding one row's memory (`/dev/zero` took 10.9 GB in 30 s, a 4-GB sparse file
+/// 12.6 GB, before rows were bounded).
+#[test]
+fn a_file_without_line_breaks_is_refused_with_flat_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let sparse = dir.path().join("sparse.csv");
+    std::fs::File::create(&sparse)
+        .unwrap()
+        .set_len(4 << 30)
+        .unwrap();
+    let sparse = sparse.to_str().unwrap();
+    let plots = dir.path().join("plots");
+    for args in [
+        &["report", "/dev/zero"][..],
+        &["report", sparse, "--json"],
+        &["compare", sparse, sparse],
+        &["plot", "/dev/zero", "-o", plots.to_str().unwrap()],
+    ] {
+        let (status, err, peak_kib) = gpuwatch_peak(args);
+        assert_ne!(status, 0, "{args:?}");
+        assert!(
+            err.contains("line 1: a row longer than 32 MiB"),
+            "{args:?}: {err}"
+        );
+        assert!(peak_kib < 256 << 10, "{args:?} peaked at {peak_kib} KiB");
+    }
+}

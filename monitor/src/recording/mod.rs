@@ -4,6 +4,7 @@
 //! columns still reads; a malformed cell is an error naming the file, line and column.
 pub mod jsonl;
 pub mod row;
+mod row_bound;
 pub mod summary;
 pub mod writer;
 
@@ -12,6 +13,8 @@ pub use writer::Writer;
 use crate::health::alerts::AlertState;
 use crate::model::VerdictKind;
 use row::{Record, Row};
+use row_bound::RowBound;
+pub use row_bound::ROW_MAX_BYTES;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -129,6 +132,11 @@ pub enum RecordingError {
     },
     #[error("{path}: no samples")]
     Empty { path: PathBuf },
+    #[error(
+        "{path}: line {line}: a row longer than {} MiB: not a gpuwatch recording, or a damaged one",
+        ROW_MAX_BYTES >> 20
+    )]
+    RowTooLong { path: PathBuf, line: u64 },
 }
 
 /// Reads a recording, CSV or JSON Lines (told by its first byte: a snapshot starts with `{`).
@@ -149,26 +157,35 @@ pub fn read(path: &Path) -> Result<Recording, RecordingError> {
 
 /// Parses a JSON Lines recording. A last line without its line break was never finished: it is
 /// left out and named in `cut_off_line`, as in a CSV recording.
-pub fn parse_jsonl(
-    mut input: impl std::io::BufRead,
-    path: &Path,
-) -> Result<Recording, RecordingError> {
+pub fn parse_jsonl(input: impl std::io::Read, path: &Path) -> Result<Recording, RecordingError> {
+    use std::io::BufRead;
     let malformed = |line: u64, message: String| RecordingError::Malformed {
         path: path.to_owned(),
         line,
         message,
     };
     let mut rec = Recording::default();
+    let mut input = std::io::BufReader::new(RowBound::new(input));
     let mut buf = Vec::new();
     let mut line = 0u64;
     loop {
         buf.clear();
-        let n = input
-            .read_until(b'\n', &mut buf)
-            .map_err(|source| RecordingError::Read {
-                path: path.to_owned(),
-                source,
-            })?;
+        input.get_mut().row_ended();
+        let n = match input.read_until(b'\n', &mut buf) {
+            Ok(n) => n,
+            Err(_) if input.get_ref().over() => {
+                return Err(RecordingError::RowTooLong {
+                    path: path.to_owned(),
+                    line: line + 1,
+                })
+            }
+            Err(source) => {
+                return Err(RecordingError::Read {
+                    path: path.to_owned(),
+                    source,
+                })
+            }
+        };
         if n == 0 {
             break;
         }
@@ -193,41 +210,28 @@ pub fn parse_jsonl(
     Ok(rec)
 }
 
-/// A reader that remembers the last byte it passed on.
-struct LastByte<R> {
-    inner: R,
-    last: Option<u8>,
-}
-
-impl<R: std::io::Read> std::io::Read for LastByte<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        if n > 0 {
-            self.last = Some(buf[n - 1]);
-        }
-        Ok(n)
-    }
-}
-
 /// Parses a CSV recording. A last row without its line break was never finished (the writer
 /// writes a row and its break together): it is left out and named in `cut_off_line`, so a
 /// recording interrupted by a full disk keeps every whole row. Any other bad row is an error.
 pub fn parse(input: impl std::io::Read, path: &Path) -> Result<Recording, RecordingError> {
     let mut reader = csv::ReaderBuilder::new()
         .flexible(false)
-        .from_reader(LastByte {
-            inner: input,
-            last: None,
-        });
+        .from_reader(RowBound::new(input));
     let malformed = |line: u64, message: String| RecordingError::Malformed {
         path: path.to_owned(),
         line,
         message,
     };
-    let header = reader
-        .headers()
-        .map_err(|e| malformed(1, e.to_string()))?
-        .clone();
+    let too_long = |line: u64| RecordingError::RowTooLong {
+        path: path.to_owned(),
+        line,
+    };
+    let header = reader.headers().cloned();
+    let header = match header {
+        Ok(h) => h,
+        Err(_) if reader.get_ref().over() => return Err(too_long(1)),
+        Err(e) => return Err(malformed(1, e.to_string())),
+    };
     for required in ["unix_ms", "record"] {
         if !header.iter().any(|h| h == required) {
             return Err(RecordingError::NotARecording {
@@ -245,7 +249,12 @@ pub fn parse(input: impl std::io::Read, path: &Path) -> Result<Recording, Record
     loop {
         index += 1;
         let fallback_line = index + 1;
-        let next = match reader.read_record(&mut record) {
+        reader.get_mut().row_ended();
+        let read = reader.read_record(&mut record);
+        if reader.get_ref().over() {
+            return Err(too_long(reader.position().line()));
+        }
+        let next = match read {
             Ok(false) => None,
             Ok(true) => {
                 let line = record.position().map_or(fallback_line, csv::Position::line);
@@ -398,6 +407,34 @@ mod tests {
         let bad = whole.replace("1000,gpu,0,40\n", "1000,gpu,0\n");
         let e = parse(bad.as_bytes(), Path::new("r.csv")).expect_err("short row");
         assert!(e.to_string().starts_with("r.csv: line 2:"), "{e}");
+    }
+
+    #[test]
+    fn a_row_past_the_bound_is_an_error_naming_its_line() {
+        use std::io::Read;
+        let endless = || std::io::repeat(b'x').take(2 * ROW_MAX_BYTES);
+        let header = "unix_ms,record,gpu_index,temperature_celsius\n1000,gpu,0,40\n";
+        // A CSV row, a header, a JSON Lines line, each without end.
+        let row = parse(header.as_bytes().chain(endless()), Path::new("r.csv"));
+        let head = parse(endless(), Path::new("r.csv"));
+        let jsonl = "{\"taken_at_unix_ms\": 1000, \"gpus\": []}\n"
+            .as_bytes()
+            .chain(b"{".chain(endless()));
+        let line = parse_jsonl(jsonl, Path::new("r.jsonl"));
+        for (got, want) in [
+            (row, "r.csv: line 3: a row longer than 32 MiB"),
+            (head, "r.csv: line 1: a row longer than 32 MiB"),
+            (line, "r.jsonl: line 2: a row longer than 32 MiB"),
+        ] {
+            let e = got.expect_err(want).to_string();
+            assert!(e.starts_with(want), "{e}");
+        }
+        // Rows of a recording, each under the bound, read however many there are.
+        let many = (0..100_000)
+            .map(|i| format!("{},gpu,0,40\n", 1000 + i))
+            .collect::<String>();
+        let rec = parse(format!("{header}{many}").as_bytes(), Path::new("r.csv")).unwrap();
+        assert_eq!(rec.gpus[&0].samples.len(), 100_001);
     }
 
     #[test]
