@@ -640,6 +640,7 @@ fn a_missing_file_is_named_with_its_cause_once() {
 
 /// Runs gpuwatch with `args`; its exit status, stderr and peak RSS in KiB (from `wait4`, this
 /// child's alone).
+#[allow(clippy::zombie_processes)] // reaped by wait4, which also gives its usage
 fn gpuwatch_peak(args: &[&str]) -> (i32, String, i64) {
     use std::io::Read;
     let mut child = Command::new(support::gpuwatch_bin())

@@ -60,9 +60,14 @@ pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
         heartbeat: std::sync::OnceLock::new(),
         stall_limit: gpuwatch::heartbeat::stall_limit(interval),
         page_refresh: interval,
+        responses: gpuwatch::serve::response_budget(),
+        renders: tokio::sync::Semaphore::new(gpuwatch::serve::RENDERS_AT_ONCE),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // Renders and bcrypt checks, each behind its own bound: a thread pool (and its malloc
+        // arenas) that cannot grow with a flood of requests.
+        .max_blocking_threads(8)
         .thread_name(gpuwatch::runtime::privileges::UNPRIVILEGED_THREADS)
         .enable_all()
         .build()

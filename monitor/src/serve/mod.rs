@@ -12,6 +12,10 @@
 //! | `/api/v1/snapshot` | the whole last snapshot (JSON, `docs/snapshot-schema.md`) |
 //! | `/-/healthy` | `200 OK` while the agent runs; `503` naming the step while a sampling round has hung (a source that does not answer) |
 //!
+//! Responses not yet written out hold at most 32 MiB together ([`response_budget`]: past it a
+//! `503` asks the client to come back), and no tenant string in any of them is longer than
+//! [`WHOLE_MAX_CHARS`].
+//!
 //! Slow or silent clients cannot hold the agent: headers must arrive within
 //! [`HEADER_READ_TIMEOUT`], TLS handshakes within [`TLS_HANDSHAKE_TIMEOUT`], a response must be
 //! read (writes stall at most `WRITE_STALL_TIMEOUT`, a response is written out within
@@ -20,6 +24,7 @@
 //! (a newcomer is refused only while every connection is answering).
 mod connections;
 mod login_gate;
+mod response_budget;
 pub mod web_config;
 mod write_guard;
 
@@ -28,13 +33,13 @@ use crate::output::prometheus;
 use crate::output::published::Published;
 use bytes::Bytes;
 use connections::{Admission, Connections, Slot};
-use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use login_gate::Decision;
 pub use login_gate::LoginGate;
+use response_budget::{CountedBody, ResponseBudget};
 use std::convert::Infallible;
 use std::net::IpAddr;
 use std::sync::{Arc, RwLock};
@@ -59,6 +64,15 @@ pub struct Site {
     pub stall_limit: Duration,
     /// How often the page at `/` reloads itself: the sampling interval.
     pub page_refresh: Duration,
+    /// The bytes all responses not yet written out may hold ([`response_budget`]).
+    pub responses: ResponseBudget,
+    /// Renders running, at most [`RENDERS_AT_ONCE`].
+    pub renders: tokio::sync::Semaphore,
+}
+
+/// The budget of responses' bytes a site starts with.
+pub fn response_budget() -> ResponseBudget {
+    ResponseBudget::new(response_budget::RESPONSES_MAX_BYTES)
 }
 
 impl Site {
@@ -213,7 +227,11 @@ async fn serve_connection(
         let slot = slot.clone();
         async move {
             slot.answering();
-            let response = handle(&site, &req, peer.ip()).await;
+            let response = if site.responses.nearly_spent() && !is_health(req.uri().path()) {
+                counted(&site.responses, busy())
+            } else {
+                counted(&site.responses, handle(&site, &req, peer.ip()).await)
+            };
             slot.waiting(Instant::now());
             Ok::<_, Infallible>(response)
         }
@@ -257,12 +275,42 @@ async fn refuse(mut stream: tokio::net::TcpStream, tls: bool) {
     let _ = stream.shutdown().await;
 }
 
-fn respond(
-    status: StatusCode,
-    content_type: &str,
-    body: impl Into<Bytes>,
-) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(body.into()));
+/// `r` with its body counted against the responses' budget; past it, a `503` that asks the
+/// client to come back.
+fn counted(budget: &ResponseBudget, r: Response<Bytes>) -> Response<CountedBody> {
+    let (parts, body) = r.into_parts();
+    let len = body.len();
+    if let Some(body) = budget.body(body) {
+        return Response::from_parts(parts, body);
+    }
+    tracing::debug!(
+        "answering 503: responses not yet read hold {} of {} MiB, {len} bytes more asked",
+        budget.held() >> 20,
+        response_budget::RESPONSES_MAX_BYTES >> 20
+    );
+    let (parts, body) = busy().into_parts();
+    Response::from_parts(parts, budget.uncounted(body))
+}
+
+/// The answer while the responses' budget is spent: come back in a second.
+fn busy() -> Response<Bytes> {
+    let mut r = respond(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "text/plain",
+        "busy: slow readers hold the responses' memory; retry shortly\n",
+    );
+    r.headers_mut()
+        .insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
+}
+
+/// The health endpoints, answered whatever the responses' budget.
+fn is_health(path: &str) -> bool {
+    matches!(path, "/-/healthy" | "/-/ready")
+}
+
+fn respond(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Bytes> {
+    let mut r = Response::new(body.into());
     *r.status_mut() = status;
     if let Ok(v) = HeaderValue::from_str(content_type) {
         r.headers_mut().insert(CONTENT_TYPE, v);
@@ -270,7 +318,7 @@ fn respond(
     r
 }
 
-fn json<T: serde::Serialize>(v: &T) -> Response<Full<Bytes>> {
+fn json<T: serde::Serialize>(v: &T) -> Response<Bytes> {
     match serde_json::to_vec_pretty(v) {
         Ok(b) => respond(StatusCode::OK, "application/json", b),
         Err(e) => respond(
@@ -281,7 +329,7 @@ fn json<T: serde::Serialize>(v: &T) -> Response<Full<Bytes>> {
     }
 }
 
-async fn handle(site: &Site, req: &Request<Incoming>, peer: IpAddr) -> Response<Full<Bytes>> {
+async fn handle(site: &Arc<Site>, req: &Request<Incoming>, peer: IpAddr) -> Response<Bytes> {
     let decision = match &site.auth {
         None => Decision::Allowed,
         Some(gate) => {
@@ -294,7 +342,7 @@ async fn handle(site: &Site, req: &Request<Incoming>, peer: IpAddr) -> Response<
         }
     };
     let mut r = match decision {
-        Decision::Allowed => route(site, req),
+        Decision::Allowed => route(site, Asked::of(req)).await,
         Decision::Denied => {
             let mut r = respond(StatusCode::UNAUTHORIZED, "text/plain", "Unauthorized\n");
             r.headers_mut().insert(
@@ -321,8 +369,54 @@ async fn handle(site: &Site, req: &Request<Incoming>, peer: IpAddr) -> Response<
     r
 }
 
-fn route(site: &Site, req: &Request<Incoming>) -> Response<Full<Bytes>> {
-    if req.method() != Method::GET && req.method() != Method::HEAD {
+/// What a request asks for, owned: it goes to the renderers' thread.
+struct Asked {
+    method: Method,
+    path: String,
+    accept: Option<String>,
+}
+
+impl Asked {
+    fn of(req: &Request<Incoming>) -> Self {
+        Self {
+            method: req.method().clone(),
+            path: req.uri().path().to_owned(),
+            accept: req
+                .headers()
+                .get(hyper::header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+        }
+    }
+}
+
+/// Answers `asked`: the health endpoints at once, everything else rendered on a blocking
+/// thread, [`RENDERS_AT_ONCE`] at a time, so that a flood of large renders neither holds the
+/// async workers (health answers meanwhile) nor more than two answers not yet counted.
+async fn route(site: &Arc<Site>, asked: Asked) -> Response<Bytes> {
+    if is_health(&asked.path) {
+        return render(site, &asked);
+    }
+    let Ok(_permit) = site.renders.acquire().await else {
+        return busy(); // never closed
+    };
+    let site = site.clone();
+    tokio::task::spawn_blocking(move || render(&site, &asked))
+        .await
+        .unwrap_or_else(|e| {
+            respond(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "text/plain",
+                format!("rendering the answer: {e}\n"),
+            )
+        })
+}
+
+/// Renders at once, off the async workers.
+pub const RENDERS_AT_ONCE: usize = 2;
+
+fn render(site: &Site, asked: &Asked) -> Response<Bytes> {
+    if asked.method != Method::GET && asked.method != Method::HEAD {
         return respond(
             StatusCode::METHOD_NOT_ALLOWED,
             "text/plain",
@@ -330,7 +424,7 @@ fn route(site: &Site, req: &Request<Incoming>) -> Response<Full<Bytes>> {
         );
     }
     let current = site.published.read().ok().and_then(|p| p.clone());
-    let path = req.uri().path();
+    let path = asked.path.as_str();
     match path {
         "/-/healthy" | "/-/ready" if site.stalled().is_some() => {
             let stall = site.stalled().map(|s| s.to_string()).unwrap_or_default();
@@ -360,11 +454,7 @@ fn route(site: &Site, req: &Request<Incoming>) -> Response<Full<Bytes>> {
         "/metrics" => {
             match prometheus::render_live(&e, site.stalled().and_then(|s| s.step.source())) {
                 Ok(text) => {
-                    let accept = req
-                        .headers()
-                        .get(hyper::header::ACCEPT)
-                        .and_then(|v| v.to_str().ok());
-                    if prometheus::wants_openmetrics(accept) {
+                    if prometheus::wants_openmetrics(asked.accept.as_deref()) {
                         respond(StatusCode::OK, prometheus::CONTENT_TYPE, text)
                     } else {
                         let text = prometheus::to_text_format(&text);
@@ -398,10 +488,14 @@ fn route(site: &Site, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     }
 }
 
+/// The most characters of a tenant string in `/api/v1/containers/<id>`'s `whole` (everywhere
+/// else they are cut to 1,024 or fewer): two 16-MB labels made a 33.5-MB answer.
+pub const WHOLE_MAX_CHARS: usize = 64 << 10;
+
 /// One workload by its container id (or a prefix of 12 characters or more, as `docker ps`
-/// prints it) or its workload id, with its tenant strings whole: everywhere else they are cut
-/// (see [`crate::model::bounded`]).
-fn one_container(snap: &crate::model::Snapshot, id: &str) -> Response<Full<Bytes>> {
+/// prints it) or its workload id, with its tenant strings as long as [`WHOLE_MAX_CHARS`]:
+/// everywhere else they are cut shorter (see [`crate::model::bounded`]).
+fn one_container(snap: &crate::model::Snapshot, id: &str) -> Response<Bytes> {
     let found = snap.workloads.iter().find(|w| {
         w.id.to_string() == id
             || w.container
@@ -416,25 +510,27 @@ fn one_container(snap: &crate::model::Snapshot, id: &str) -> Response<Full<Bytes
         );
     };
     let c = w.container.as_deref();
+    let long = |s: &str| crate::model::bounded::bounded(s, WHOLE_MAX_CHARS).into_owned();
+    let long_opt = |s: Option<&String>| s.map(|s| long(s));
     json(&serde_json::json!({
         "taken_at": snap.taken_at,
         "container": w,
         "whole": {
-            "name": w.name,
-            "image": c.map(|c| &c.image),
-            "compose_project": c.and_then(|c| c.compose_project.as_ref()),
-            "compose_service": c.and_then(|c| c.compose_service.as_ref()),
+            "name": long(&w.name),
+            "image": c.map(|c| long(&c.image)),
+            "compose_project": long_opt(c.and_then(|c| c.compose_project.as_ref())),
+            "compose_service": long_opt(c.and_then(|c| c.compose_service.as_ref())),
             "pod": c.and_then(|c| c.kubernetes.as_ref()).map(|k| serde_json::json!({
-                "namespace": k.namespace,
-                "pod": k.pod,
-                "container": k.container,
+                "namespace": long(&k.namespace),
+                "pod": long(&k.pod),
+                "container": long_opt(k.container.as_ref()),
             })),
         },
     }))
 }
 
 /// Ready once a round is published, and while the newest is younger than `stale_after`.
-fn ready(current: Option<&Published>, stale_after: Duration) -> Response<Full<Bytes>> {
+fn ready(current: Option<&Published>, stale_after: Duration) -> Response<Bytes> {
     let unavailable = |why: String| respond(StatusCode::SERVICE_UNAVAILABLE, "text/plain", why);
     let Some(e) = current else {
         return unavailable("not ready: no round published yet\n".into());
