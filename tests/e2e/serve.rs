@@ -1153,8 +1153,9 @@ fn clients_that_stop_reading_their_response_are_closed() {
     assert_eq!(status, 200);
 }
 
-/// The bytes of responses that slow readers hold are bounded together: past the agent's 32-MiB
-/// budget a request is answered `503` with `Retry-After`, and health still answers. Before,
+/// The bytes of responses that slow readers hold are bounded: past the agent's 32-MiB budget, or
+/// one source's 8 MiB of it, a request is answered `503` with `Retry-After`, and health still
+/// answers. Before,
 /// each slow reader held its whole response until the write guard closed it (40 readers of a
 /// 33.5-MB answer took the agent from 406 MB to 1.6 GB).
 #[test]

@@ -12,8 +12,8 @@
 //! | `/api/v1/snapshot` | the whole last snapshot (JSON, `docs/snapshot-schema.md`) |
 //! | `/-/healthy` | `200 OK` while the agent runs; `503` naming the step while a sampling round has hung (a source that does not answer) |
 //!
-//! Responses not yet written out hold at most 32 MiB together ([`response_budget`]: past it a
-//! `503` asks the client to come back), and no tenant string in any of them is longer than
+//! Responses not yet written out hold at most 32 MiB together and 8 MiB per source network
+//! ([`response_budget`]: past either a `503` asks the client to come back), and no tenant string in any of them is longer than
 //! [`WHOLE_MAX_CHARS`].
 //!
 //! Slow or silent clients cannot hold the agent: headers must arrive within
@@ -25,6 +25,7 @@
 mod connections;
 mod login_gate;
 mod response_budget;
+mod source;
 pub mod web_config;
 mod write_guard;
 
@@ -40,6 +41,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use login_gate::Decision;
 pub use login_gate::LoginGate;
 use response_budget::{CountedBody, ResponseBudget};
+use source::Network;
 use std::convert::Infallible;
 use std::net::IpAddr;
 use std::sync::{Arc, RwLock};
@@ -227,10 +229,12 @@ async fn serve_connection(
         let slot = slot.clone();
         async move {
             slot.answering();
-            let response = if site.responses.nearly_spent() && !is_health(req.uri().path()) {
-                counted(&site.responses, busy())
+            let source = Network::of(peer.ip());
+            let budget = &site.responses;
+            let response = if budget.nearly_spent(&source) && !is_health(req.uri().path()) {
+                counted(budget, busy(), &source)
             } else {
-                counted(&site.responses, handle(&site, &req, peer.ip()).await)
+                counted(budget, handle(&site, &req, peer.ip()).await, &source)
             };
             slot.waiting(Instant::now());
             Ok::<_, Infallible>(response)
@@ -277,14 +281,15 @@ async fn refuse(mut stream: tokio::net::TcpStream, tls: bool) {
 
 /// `r` with its body counted against the responses' budget; past it, a `503` that asks the
 /// client to come back.
-fn counted(budget: &ResponseBudget, r: Response<Bytes>) -> Response<CountedBody> {
+fn counted(budget: &ResponseBudget, r: Response<Bytes>, source: &Network) -> Response<CountedBody> {
     let (parts, body) = r.into_parts();
     let len = body.len();
-    if let Some(body) = budget.body(body) {
+    if let Some(body) = budget.body(body, source) {
         return Response::from_parts(parts, body);
     }
     tracing::debug!(
-        "answering 503: responses not yet read hold {} of {} MiB, {len} bytes more asked",
+        "answering 503: responses not yet read hold {} of {} MiB, {len} bytes more asked by \
+         {source:?}",
         budget.held() >> 20,
         response_budget::RESPONSES_MAX_BYTES >> 20
     );

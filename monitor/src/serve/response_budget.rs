@@ -1,18 +1,21 @@
-//! The bytes of all responses not yet written out, together, within a budget: a response holds
-//! its share from the moment it is rendered until its last byte left the agent, or its
-//! connection closed. Past the budget a request is answered `503` with `Retry-After`, at no cost.
+//! The bytes of all responses not yet written out, together and per source network, within a
+//! budget: a response holds its share from the moment it is rendered until its last byte left
+//! the agent, or its connection closed. Past the budget, or past its source's quarter of it, a
+//! request is answered `503` with `Retry-After`, at no cost.
 //!
 //! The write guard closes a connection that stops reading within 30 s, but until then each
 //! holds its whole response: 40 slow readers of a 33.5-MB response took the agent from 406 MB to
-//! 1.6 GB, 68 to 1.87 GB, and reconnecting kept it there (issue 57). Small answers (health,
+//! 1.6 GB, 68 to 1.87 GB, and reconnecting kept it there (issue 57). A source's quarter keeps
+//! one client's slow readers from spending the budget of every other. Small answers (health,
 //! errors) are not counted: they cannot add up to much within the connection limit, and a
 //! health check must answer while slow readers hold the budget.
+use super::source::Network;
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
 /// The bytes of responses all connections may hold at once: sixteen answers of 2 MB (`/metrics`
@@ -28,81 +31,107 @@ const CHUNK_BYTES: usize = 64 << 10;
 /// The responses' budget, shared by every connection.
 #[derive(Clone)]
 pub struct ResponseBudget {
-    held: Arc<AtomicUsize>,
+    held: Arc<Mutex<Held>>,
     max: usize,
+}
+
+/// The bytes held, in all and by source.
+#[derive(Default)]
+struct Held {
+    all: usize,
+    by_source: HashMap<Network, usize>,
 }
 
 impl ResponseBudget {
     pub fn new(max: usize) -> Self {
         Self {
-            held: Arc::new(AtomicUsize::new(0)),
+            held: Arc::new(Mutex::new(Held::default())),
             max,
         }
     }
 
-    /// The bytes held by responses not yet written out.
-    pub fn held(&self) -> usize {
-        self.held.load(Ordering::SeqCst)
+    fn lock(&self) -> MutexGuard<'_, Held> {
+        lock(&self.held)
     }
 
-    /// Whether less than an eighth of the budget is left: a request is then refused before its
-    /// answer is rendered (rendering a large one costs more CPU than refusing it afterwards).
-    pub fn nearly_spent(&self) -> bool {
-        self.held() > self.max - self.max / 8
+    /// The most one source may hold.
+    fn source_max(&self) -> usize {
+        self.max / 4
+    }
+
+    /// The bytes held by responses not yet written out.
+    pub fn held(&self) -> usize {
+        self.lock().all
+    }
+
+    /// Whether less than an eighth of the budget, or of `source`'s quarter, is left: a request
+    /// is then refused before its answer is rendered (rendering a large one costs more CPU than
+    /// refusing it afterwards).
+    pub fn nearly_spent(&self, source: &Network) -> bool {
+        let held = self.lock();
+        let of_source = held.by_source.get(source).copied().unwrap_or(0);
+        held.all > self.max - self.max / 8 || of_source > self.source_max() - self.source_max() / 8
     }
 
     /// `data` as a response body not counted (a short answer).
     pub fn uncounted(&self, data: Bytes) -> CountedBody {
         CountedBody {
             data,
-            counted: 0,
+            counted: None,
             held: self.held.clone(),
         }
     }
 
-    /// `data` as a response body holding its share of the budget until dropped; `None` when the
-    /// budget has no room for it.
-    pub fn body(&self, data: Bytes) -> Option<CountedBody> {
+    /// `data` as a response body to `source` holding its share of the budget until dropped;
+    /// `None` when the budget, or the source's quarter, has no room for it.
+    pub fn body(&self, data: Bytes, source: &Network) -> Option<CountedBody> {
         let len = data.len();
         if len <= UNCOUNTED_MAX_BYTES {
             return Some(self.uncounted(data));
         }
-        let counted = {
-            let mut held = self.held.load(Ordering::SeqCst);
-            loop {
-                if held + len > self.max {
-                    return None;
-                }
-                match self.held.compare_exchange(
-                    held,
-                    held + len,
-                    Ordering::SeqCst,
-                    Ordering::SeqCst,
-                ) {
-                    Ok(_) => break len,
-                    Err(now) => held = now,
-                }
+        {
+            let mut held = self.lock();
+            let of_source = held.by_source.get(source).copied().unwrap_or(0);
+            if held.all + len > self.max || of_source + len > self.source_max() {
+                return None;
             }
-        };
+            held.all += len;
+            *held.by_source.entry(source.clone()).or_default() += len;
+        }
         Some(CountedBody {
             data,
-            counted,
+            counted: Some((source.clone(), len)),
             held: self.held.clone(),
         })
     }
+}
+
+fn lock(m: &Mutex<Held>) -> MutexGuard<'_, Held> {
+    // The counts are whole between statements: go on with them after a panic elsewhere.
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A response body that gives its bytes back to the budget when dropped: once written out, or
 /// when its connection closes.
 pub struct CountedBody {
     data: Bytes,
-    counted: usize,
-    held: Arc<AtomicUsize>,
+    counted: Option<(Network, usize)>,
+    held: Arc<Mutex<Held>>,
 }
 
 impl Drop for CountedBody {
     fn drop(&mut self) {
-        self.held.fetch_sub(self.counted, Ordering::SeqCst);
+        let Some((source, len)) = self.counted.take() else {
+            return;
+        };
+        let mut held = lock(&self.held);
+        held.all -= len;
+        if let Some(n) = held.by_source.get_mut(&source) {
+            *n -= len;
+            if *n == 0 {
+                held.by_source.remove(&source);
+            }
+        }
     }
 }
 
@@ -147,23 +176,44 @@ mod tests {
         out
     }
 
+    fn source(ip: &str) -> Network {
+        Network::of(ip.parse().unwrap())
+    }
+
     #[test]
     fn responses_hold_their_bytes_until_dropped_and_none_past_the_budget() {
-        let budget = ResponseBudget::new(1 << 20);
+        let budget = ResponseBudget::new(4 << 20);
+        let local = source("127.0.0.1");
         let big = Bytes::from(vec![7u8; 600 << 10]);
-        let first = budget.body(big.clone()).unwrap();
+        let first = budget.body(big.clone(), &local).unwrap();
         assert_eq!(budget.held(), 600 << 10);
-        assert!(!budget.nearly_spent());
-        assert!(budget.body(big.clone()).is_none(), "past the budget");
-        let nearly = budget.body(Bytes::from(vec![0u8; 350 << 10])).unwrap();
-        assert!(budget.nearly_spent());
+        assert!(!budget.nearly_spent(&local));
+        // A source's quarter: one megabyte.
+        assert!(
+            budget.body(big.clone(), &local).is_none(),
+            "past its quarter"
+        );
+        let nearly = budget
+            .body(Bytes::from(vec![0u8; 350 << 10]), &local)
+            .unwrap();
+        assert!(budget.nearly_spent(&local));
+        assert!(!budget.nearly_spent(&source("192.0.2.7")), "another source");
         drop(nearly);
-        // Small answers pass while the budget is full.
-        assert!(budget.body(Bytes::from_static(b"OK\n")).is_some());
+        // Small answers pass while the source's share is spent.
+        assert!(budget.body(Bytes::from_static(b"OK\n"), &local).is_some());
         assert_eq!(drain(first), big.to_vec());
         assert_eq!(budget.held(), 0, "given back once written out");
-        let second = budget.body(big).unwrap();
-        drop(second); // its connection closed
-        assert_eq!(budget.held(), 0);
+        // The whole budget: four sources' quarters, and no fifth.
+        let held: Vec<_> = (1..=6)
+            .map_while(|i| {
+                budget.body(
+                    Bytes::from(vec![0u8; 1 << 20]),
+                    &source(&format!("192.0.2.{i}")),
+                )
+            })
+            .collect();
+        assert_eq!(held.len(), 4);
+        drop(held);
+        assert_eq!(budget.held(), 0, "given back when the connections closed");
     }
 }
