@@ -699,3 +699,24 @@ fn a_file_without_line_breaks_is_refused_with_flat_memory() {
         assert!(peak_kib < 256 << 10, "{args:?} peaked at {peak_kib} KiB");
     }
 }
+
+/// Each command's help lists its own flags first and the flags every command takes after, under
+/// their own heading (they came first, interleaved with the command's own).
+#[test]
+fn each_commands_help_lists_its_own_flags_before_the_global_ones() {
+    for c in COMMANDS {
+        let (ok, help, err) = gpuwatch(&[c, "--help"]);
+        assert!(ok, "{c}: {err}");
+        let global = help
+            .find("\nGlobal options:\n")
+            .unwrap_or_else(|| panic!("{c}: no global options heading in\n{help}"));
+        for flag in ["--log-format", "--log <LOG>", "--config"] {
+            let at = help.find(flag).unwrap_or_else(|| panic!("{c}: no {flag}"));
+            assert!(at > global, "{c}: {flag} before the heading\n{help}");
+        }
+        assert!(
+            help[..global].contains("-h, --help"),
+            "{c}: its own options first\n{help}"
+        );
+    }
+}

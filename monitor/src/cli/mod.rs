@@ -29,6 +29,10 @@ use std::time::Duration;
 use top::TopArgs;
 use watch::WatchArgs;
 
+/// The heading of the flags every command takes: each command's own come first, under
+/// "Options", as `docker run --help` and `kubectl` list theirs.
+const GLOBAL: &str = "Global options";
+
 #[derive(Parser)]
 #[command(
     name = "gpuwatch",
@@ -44,15 +48,15 @@ use watch::WatchArgs;
 )]
 pub(crate) struct Cli {
     /// Log format on stderr.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true, help_heading = GLOBAL)]
     pub(crate) log_format: LogFormat,
     /// Log filter (tracing-subscriber syntax), e.g. `info`, `gpuwatch=debug`. The Docker client
     /// and the HTTP libraries (bollard, hyper, ureq) log at most INFO whatever this asks: their
     /// debug events carry containers' environments and request bodies.
-    #[arg(long, env = "GPUWATCH_LOG", default_value = "warn", global = true)]
+    #[arg(long, env = "GPUWATCH_LOG", default_value = "warn", global = true, help_heading = GLOBAL)]
     pub(crate) log: String,
     /// The YAML config file (docs/config.md); without one, the defaults.
-    #[arg(long, short = 'c', env = "GPUWATCH_CONFIG", global = true)]
+    #[arg(long, short = 'c', env = "GPUWATCH_CONFIG", global = true, help_heading = GLOBAL)]
     pub(crate) config: Option<PathBuf>,
     #[command(subcommand)]
     pub(crate) command: Command,
