@@ -20,7 +20,8 @@ pub(crate) struct DoctorArgs {
     #[arg(long, value_parser = gpuwatch::units::seconds_or_duration)]
     pub(crate) window: Option<Duration>,
     /// The GPUs the launch will use (`0,1`, UUIDs), as CUDA_VISIBLE_DEVICES lists them: the
-    /// per-GPU checks look at these only. Default: CUDA_VISIBLE_DEVICES, else
+    /// per-GPU and per-container checks look at these and the containers holding them only.
+    /// Default: CUDA_VISIBLE_DEVICES, else
     /// NVIDIA_VISIBLE_DEVICES, else every GPU. `-i`, as for snapshot, record and top.
     #[arg(long, short = 'i', value_name = "LIST")]
     pub(crate) gpu: Option<String>,

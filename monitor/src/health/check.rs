@@ -2,7 +2,7 @@
 //! peaks, trends), with a status per subject — ok, warning or risk — the measured value, the
 //! threshold and what to do. Which checks exist is the registry's ([`super::doctor`]).
 use super::doctor_config::DoctorConfig;
-use crate::model::{Gpu, Snapshot};
+use crate::model::{Gpu, Snapshot, Workload};
 use serde::Serialize;
 use std::collections::BTreeSet;
 
@@ -106,7 +106,8 @@ impl<'a> Window<'a> {
         })
     }
 
-    /// The per-GPU checks look at these GPUs only.
+    /// The per-GPU checks look at these GPUs only, the per-container ones at the workloads
+    /// holding one of them.
     pub fn for_launch_on(mut self, gpus: BTreeSet<u32>) -> Self {
         self.launch = Some(gpus);
         self
@@ -129,6 +130,16 @@ impl<'a> Window<'a> {
     /// Those of them whose readings can be read (not lost).
     pub fn readable_gpus(&self) -> impl Iterator<Item = &'a Gpu> + '_ {
         self.gpus().filter(|g| !g.device.lost)
+    }
+
+    /// The workloads of `snap` the checks look at: with a launch's GPUs, those holding one of
+    /// them (a container on another GPU is another tenant's, not this launch's); else all.
+    pub fn workloads(&self, snap: &'a Snapshot) -> impl Iterator<Item = &'a Workload> + '_ {
+        snap.workloads.iter().filter(|w| {
+            self.launch
+                .as_ref()
+                .is_none_or(|l| w.gpu.per_gpu.iter().any(|s| l.contains(&s.index)))
+        })
     }
 
     /// GPU `index` in every snapshot that has it, oldest first.

@@ -255,6 +255,30 @@ mod tests {
         assert_eq!(s[&("persistence_mode", "GPU 0")], Status::Warning);
     }
 
+    /// `--gpu 1`, a free GPU: another tenant's container on GPU 0 is not checked; `--gpu 0`:
+    /// it is.
+    #[test]
+    fn a_launch_on_other_gpus_leaves_other_tenants_containers_out() {
+        let snaps: Vec<_> = sick_window()
+            .into_iter()
+            .map(|mut s| {
+                s.gpus.push(gpu(1));
+                s.workloads[0].gpu.per_gpu = vec![crate::model::WorkloadGpuShare::new(
+                    0,
+                    Some("GPU-00000000".into()),
+                )];
+                s
+            })
+            .collect();
+        let on = |list: &str| {
+            let launch = launch_gpus::LaunchGpus::declared(Some(list), |_| None).unwrap();
+            statuses(&examine(&snaps, &DoctorConfig::default(), Some(&launch)))
+                .contains_key(&("container_memory", "leaky"))
+        };
+        assert!(!on("1"), "another tenant's container, on GPU 0");
+        assert!(on("0"), "the container on the launch's GPU");
+    }
+
     #[test]
     fn high_but_flat_memory_is_a_warning() {
         let snaps: Vec<_> = (0..4)

@@ -14,7 +14,7 @@ pub fn examine(window: &Window<'_>, out: &mut Checks) {
     let mut kept: BTreeMap<(WorkloadId, &'static str, usize), (String, ConfigFinding)> =
         BTreeMap::new();
     for s in window.snaps {
-        for w in s.workloads.iter().filter(|w| !w.exited) {
+        for w in window.workloads(s).filter(|w| !w.exited) {
             let mut ordinal: BTreeMap<&'static str, usize> = BTreeMap::new();
             for f in findings(w) {
                 let n = ordinal.entry(f.check).or_default();

@@ -30,7 +30,7 @@ pub fn examine(window: &Window<'_>, out: &mut Checks) {
     let mut cache: BTreeMap<String, Option<u64>> = BTreeMap::new();
     let mut limits: BTreeMap<String, Option<u64>> = BTreeMap::new();
     for s in window.snaps {
-        for w in &s.workloads {
+        for w in window.workloads(s) {
             if w.kind == WorkloadKind::Host || (w.container.is_none() && w.gpu.processes == 0) {
                 continue;
             }

@@ -14,9 +14,8 @@ pub const NCCL: &str = "nccl_environment";
 
 pub fn examine(window: &Window<'_>, out: &mut Checks) {
     let last = window.last();
-    for w in last
-        .workloads
-        .iter()
+    for w in window
+        .workloads(last)
         .filter(|w| !w.ranks.is_empty() && !w.exited)
     {
         ranks(w, out);

@@ -1,7 +1,8 @@
 //! `launch_gpus`: which GPUs the launch that `doctor` gates will use — `doctor --gpu 0,1`, else
 //! `CUDA_VISIBLE_DEVICES`, else `NVIDIA_VISIBLE_DEVICES` in doctor's own environment (as
 //! `gpuwatch doctor && python train.py` passes it on). The per-GPU checks then look at those
-//! GPUs only: on a shared host, another team's busy GPU does not hold a launch on a free one.
+//! GPUs only, and the per-container checks at the containers holding them: on a shared host,
+//! another team's busy GPU or small `/dev/shm` does not hold a launch on a free GPU.
 //! Indices are NVML's (PCI bus order); CUDA numbers GPUs fastest first unless
 //! `CUDA_DEVICE_ORDER=PCI_BUS_ID`, which on a host of identical GPUs is the same order. UUIDs
 //! are unambiguous.
