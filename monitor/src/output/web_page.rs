@@ -21,12 +21,23 @@ const CHART_W: f64 = 180.0;
 const CHART_H: f64 = 36.0;
 
 const STYLE: &str = "body{font-family:sans-serif;max-width:1300px;margin:auto;padding:0 1em}\
-table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .5em;\
+table{border-collapse:collapse;margin:.5em 0;display:block;max-width:100%;overflow-x:auto}td,th{border:1px solid #ccc;padding:.25em .5em;\
 text-align:left;vertical-align:top}th{background:#f3f3f3}.down{color:#b00}.up{color:#070}\
 .workload{border:1px solid #ccc;border-radius:4px;margin:1em 0;padding:.2em 1em}\
 .verdict{font-weight:bold;padding:.1em .4em;border-radius:3px}.ok{background:#d9f2d9}\
 .problem{background:#ffe2b3}.neutral{background:#eee}.critical{color:#b00}\
 svg.spark{background:#fafafa;border:1px solid #ddd}small{color:#555}";
+
+/// An RFC 3339 time as a person reads it: to the second, in UTC (`2026-12-07 21:20:25 UTC`,
+/// not `2026-12-07T21:20:25.663284123Z`); anything else as it is.
+fn to_the_second(t: &str) -> String {
+    match (t.get(..10), t.get(11..19), t.ends_with('Z')) {
+        (Some(day), Some(time), true) if t.as_bytes().get(10) == Some(&b'T') => {
+            format!("{day} {time} UTC")
+        }
+        _ => t.to_owned(),
+    }
+}
 
 /// The page for `p`, reloading itself every `refresh`.
 pub fn render(p: &Published, refresh: Duration) -> String {
@@ -41,6 +52,7 @@ pub fn render(p: &Published, refresh: Duration) -> String {
         html lang="en" {
             head {
                 meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
                 meta http-equiv="refresh" content=(refresh.as_secs().max(1));
                 title { "gpuwatch: " (cell(&s.host.hostname)) }
                 style { (STYLE) }
@@ -48,7 +60,7 @@ pub fn render(p: &Published, refresh: Duration) -> String {
             body {
                 h1 { "gpuwatch " (env!("CARGO_PKG_VERSION")) " on " (cell(&s.host.hostname)) }
                 p {
-                    "Last sample " (s.taken_at) "; this page reloads every "
+                    "Last sample " (to_the_second(&s.taken_at)) "; this page reloads every "
                     (refresh.as_secs().max(1)) " s. " (sources(&s.sources))
                 }
                 (alerts(p))
@@ -290,6 +302,27 @@ mod tests {
         assert_eq!(page.matches("<polyline").count(), 2, "{page}");
         assert!(page.contains("points=\"0.0,"), "{page}");
         assert!(!page.contains("<script"), "{page}");
+    }
+
+    /// A phone or a narrow window scales the page to its width, a wide table scrolls inside
+    /// itself, and the time is to the second.
+    #[test]
+    fn fits_a_narrow_window_and_shows_the_time_to_the_second() {
+        let mut p = published(holder("train-a"));
+        p.snapshot.taken_at = "2026-12-07T21:20:25.663284123Z".into();
+        let page = render(&p, Duration::from_secs(5));
+        assert!(
+            page.contains(
+                r#"<meta name="viewport" content="width=device-width, initial-scale=1">"#
+            ),
+            "{page}"
+        );
+        assert!(page.contains("overflow-x:auto"), "{page}");
+        assert!(
+            page.contains("Last sample 2026-12-07 21:20:25 UTC;"),
+            "{page}"
+        );
+        assert_eq!(to_the_second("now"), "now");
     }
 
     #[test]
