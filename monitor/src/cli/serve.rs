@@ -61,7 +61,9 @@ pub(crate) fn serve(args: &ServeArgs, config: &Config) -> Result<()> {
         stall_limit: gpuwatch::heartbeat::stall_limit(interval),
         page_refresh: interval,
         responses: gpuwatch::serve::response_budget(),
-        renders: tokio::sync::Semaphore::new(gpuwatch::serve::RENDERS_AT_ONCE),
+        renders: Arc::new(tokio::sync::Semaphore::new(
+            gpuwatch::serve::RENDERS_AT_ONCE,
+        )),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

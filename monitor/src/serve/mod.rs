@@ -69,7 +69,7 @@ pub struct Site {
     /// The bytes all responses not yet written out may hold ([`response_budget`]).
     pub responses: ResponseBudget,
     /// Renders running, at most [`RENDERS_AT_ONCE`].
-    pub renders: tokio::sync::Semaphore,
+    pub renders: Arc<tokio::sync::Semaphore>,
 }
 
 /// The budget of responses' bytes a site starts with.
@@ -402,19 +402,24 @@ async fn route(site: &Arc<Site>, asked: Asked) -> Response<Bytes> {
     if is_health(&asked.path) {
         return render(site, &asked);
     }
-    let Ok(_permit) = site.renders.acquire().await else {
+    let Ok(permit) = site.renders.clone().acquire_owned().await else {
         return busy(); // never closed
     };
     let site = site.clone();
-    tokio::task::spawn_blocking(move || render(&site, &asked))
-        .await
-        .unwrap_or_else(|e| {
-            respond(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "text/plain",
-                format!("rendering the answer: {e}\n"),
-            )
-        })
+    // The permit goes with the render: a client that hangs up does not free it while the
+    // render it asked for still runs.
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        render(&site, &asked)
+    })
+    .await
+    .unwrap_or_else(|e| {
+        respond(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "text/plain",
+            format!("rendering the answer: {e}\n"),
+        )
+    })
 }
 
 /// Renders at once, off the async workers.
